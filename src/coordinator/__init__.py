@@ -1,0 +1,49 @@
+"""txnlog core: the transactional, partitioned log on object storage. Never imports pyspark."""
+
+from coordinator.consumer import Consumer, read_snapshot
+from coordinator.coordinator import (
+    CommitResult,
+    ProducerIdentity,
+    Snapshot,
+    TransactionCoordinator,
+    new_txn_id,
+)
+from coordinator.errors import (
+    AlreadyCommittedError,
+    CommitStateUnknownError,
+    ConcurrentCommitError,
+    CorruptLogError,
+    InvalidNameError,
+    InvalidOptionError,
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
+    SchemaMismatchError,
+    StoreError,
+    TopicExistsError,
+    TopicNotFoundError,
+    TxnLogError,
+    UnsupportedStoreError,
+)
+from coordinator.layout import check_name
+from coordinator.partition import IndexedSegment, PartitionLog, SegmentSlice
+from coordinator.producer import Producer, ProducerConfig, hash_partition, to_table
+from coordinator.reader import METADATA_FIELDS, METADATA_NAMES, check_isolation, output_schema, read_slices
+from coordinator.records import SegmentRef, TxnState
+from coordinator.segments import stage_segment
+from coordinator.store import MemoryStore, LocalStore, Store, StoreOptions, open_store
+from coordinator.topics import TopicMeta, add_partitions, conform, create_topic, get_topic, list_topics
+
+__all__ = [
+    "AlreadyCommittedError", "CommitResult", "CommitStateUnknownError", "ConcurrentCommitError", "Consumer",
+    "CorruptLogError", "IndexedSegment", "InvalidNameError", "InvalidOptionError", "InvalidProducerEpochError",
+    "InvalidTxnStateError", "LocalStore", "METADATA_FIELDS", "METADATA_NAMES", "MemoryStore",
+    "OffsetOutOfRangeError", "OutOfOrderSequenceError", "PartitionLog", "Producer", "ProducerConfig",
+    "ProducerFencedError", "ProducerIdentity", "SchemaMismatchError", "SegmentRef", "SegmentSlice", "Snapshot",
+    "Store", "StoreError", "StoreOptions", "TopicExistsError", "TopicMeta", "TopicNotFoundError",
+    "TransactionCoordinator", "TxnLogError", "TxnState", "UnsupportedStoreError", "add_partitions", "check_isolation",
+    "check_name", "conform", "create_topic", "get_topic", "hash_partition", "list_topics", "new_txn_id",
+    "open_store", "output_schema", "read_slices", "read_snapshot", "stage_segment", "to_table",
+]

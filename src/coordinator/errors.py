@@ -1,0 +1,76 @@
+"""The txnlog error hierarchy.
+
+Every error the project raises on purpose derives from :class:`TxnLogError`. Messages name what is wrong (the
+file, the option, the transactional id) and never carry credentials.
+"""
+
+from __future__ import annotations
+
+
+class TxnLogError(Exception):
+    """Root of every txnlog error."""
+
+
+class ProducerFencedError(TxnLogError):
+    """A newer producer with the same transactional id has initialised; this epoch may do nothing more."""
+
+
+class InvalidProducerEpochError(ProducerFencedError):
+    """A request carried an epoch older than the current one (Kafka's InvalidProducerEpoch)."""
+
+
+class InvalidTxnStateError(TxnLogError):
+    """A transition was requested that the transaction state machine does not allow from the current state."""
+
+
+class ConcurrentCommitError(TxnLogError):
+    """Another writer won a conditional write this operation needed; retrying may succeed."""
+
+
+class CommitStateUnknownError(TxnLogError):
+    """The outcome of a commit could not be determined (the store could not be read back); it may or may not
+    have happened. Call ``init_transactions`` (or read the transaction log) to learn the outcome."""
+
+
+class CorruptLogError(TxnLogError):
+    """A log entry, marker, checkpoint or segment file could not be decoded or failed its checksum."""
+
+
+class TopicNotFoundError(TxnLogError):
+    """The named topic does not exist in the store."""
+
+
+class TopicExistsError(TxnLogError):
+    """A topic with this name already exists (with a different definition)."""
+
+
+class InvalidOptionError(TxnLogError, ValueError):
+    """An option or argument has an invalid value; the message names the key and the value."""
+
+
+class InvalidNameError(InvalidOptionError):
+    """A topic, group or transactional-id name is not allowed (bad characters, too long, or leaves the root)."""
+
+
+class SchemaMismatchError(TxnLogError):
+    """Data written to a topic does not match the topic's schema."""
+
+
+class OutOfOrderSequenceError(TxnLogError):
+    """A producer's staged segments skip a sequence number in a partition (a gap): fatal for the producer."""
+
+
+class StoreError(TxnLogError):
+    """The object store failed in a way retries could not overcome."""
+
+
+class UnsupportedStoreError(StoreError):
+    """The store does not honour conditional writes (create-if-absent), so it cannot hold a transaction log."""
+
+
+class OffsetOutOfRangeError(TxnLogError):
+    """A reader asked for offsets outside the partition's range (below the log start or past its end)."""
+
+
+class AlreadyCommittedError(TxnLogError):
+    """The application idempotency key of this commit was already committed by an earlier transaction."""

@@ -1,0 +1,95 @@
+"""Where things live in the store, and which names are allowed.
+
+```
+_txn/log/<seq:020d>.json                      transaction log entries (create-if-absent, dense from 0)
+_txn/checkpoint/<seq:020d>.json               coordinator state as of log entry <seq>
+topics/<topic>/meta/<version:08d>.json        topic definition (schema, partitions, config); latest wins
+topics/<topic>/<p>/log/<idx:020d>.json        commit markers of partition p (create-if-absent, dense from 0)
+topics/<topic>/<p>/checkpoint/<idx:020d>.json partition index as of marker <idx>
+topics/<topic>/<p>/data/<name>                segment files (unique names, plain puts, invisible until named)
+```
+"""
+
+from __future__ import annotations
+
+import re
+
+from coordinator.errors import InvalidNameError
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,248}$")
+NAME_RULE = "1-249 characters from [A-Za-z0-9._-], starting with a letter or digit"
+
+TXN_LOG = "_txn/log"
+TXN_CHECKPOINT = "_txn/checkpoint"
+TOPICS = "topics"
+
+
+def check_name(kind: str, name: object) -> str:
+    """Validate a topic, group or transactional-id name.
+
+    Raises:
+        InvalidNameError: the name is not a string matching :data:`NAME_RULE` (so it can never leave the store
+            root or clash with the layout).
+    """
+    if not isinstance(name, str) or not NAME_RE.match(name) or name in (".", ".."):
+        raise InvalidNameError(f"invalid {kind} name {name!r}: use {NAME_RULE}")
+    return name
+
+
+def seq_name(n: int) -> str:
+    return f"{n:020d}.json"
+
+
+def parse_seq(name: str) -> int | None:
+    """The number in a ``<seq:020d>.json`` name, or None for any other name."""
+    if len(name) == 25 and name.endswith(".json") and name[:20].isdigit():
+        return int(name[:20])
+    return None
+
+
+def txn_log_path(seq: int) -> str:
+    return f"{TXN_LOG}/{seq_name(seq)}"
+
+
+def txn_checkpoint_path(seq: int) -> str:
+    return f"{TXN_CHECKPOINT}/{seq_name(seq)}"
+
+
+def topic_dir(topic: str) -> str:
+    return f"{TOPICS}/{topic}"
+
+
+def topic_meta_dir(topic: str) -> str:
+    return f"{TOPICS}/{topic}/meta"
+
+
+def topic_meta_path(topic: str, version: int) -> str:
+    return f"{TOPICS}/{topic}/meta/{version:08d}.json"
+
+
+def partition_dir(topic: str, partition: int) -> str:
+    return f"{TOPICS}/{topic}/{partition}"
+
+
+def marker_dir(topic: str, partition: int) -> str:
+    return f"{partition_dir(topic, partition)}/log"
+
+
+def marker_path(topic: str, partition: int, idx: int) -> str:
+    return f"{marker_dir(topic, partition)}/{seq_name(idx)}"
+
+
+def partition_checkpoint_dir(topic: str, partition: int) -> str:
+    return f"{partition_dir(topic, partition)}/checkpoint"
+
+
+def partition_checkpoint_path(topic: str, partition: int, idx: int) -> str:
+    return f"{partition_checkpoint_dir(topic, partition)}/{seq_name(idx)}"
+
+
+def data_dir(topic: str, partition: int) -> str:
+    return f"{partition_dir(topic, partition)}/data"
+
+
+def data_path(topic: str, partition: int, name: str) -> str:
+    return f"{data_dir(topic, partition)}/{name}"

@@ -1,0 +1,337 @@
+"""The transactional Python producer.
+
+```python
+producer = Producer("file:///data/lake", transactional_id="orders-etl")
+producer.init_transactions()
+with producer.transaction():
+    producer.send("orders", [{"id": 1, "amount": 9.5}], key="id")
+    producer.send_offsets_to_transaction({"payments": {0: 42}}, group_id="etl")
+```
+
+``send`` buffers rows per partition and stages a segment whenever a partition's buffer reaches the target size;
+nothing staged is visible until the commit point. Every staged segment carries the producer's per-partition
+sequence number, so a retried stage is a no-op and a gap is refused at commit.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from coordinator.coordinator import CommitResult, ProducerIdentity, TransactionCoordinator, new_txn_id
+from coordinator.errors import InvalidOptionError, InvalidTxnStateError, ProducerFencedError, TxnLogError
+from coordinator.records import SegmentRef
+from coordinator.segments import FORMATS, stage_segment
+from coordinator.store import Store, StoreOptions, open_store
+from coordinator.topics import TopicMeta, conform, get_topic
+
+DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ProducerConfig:
+    """Producer settings (see ``conf/txnlog.defaults.toml``)."""
+
+    transaction_timeout_ms: int = 60_000
+    segment_target_bytes: int = DEFAULT_SEGMENT_BYTES
+    segment_format: str = "parquet"
+
+    def __post_init__(self) -> None:
+        if self.segment_format not in FORMATS:
+            raise InvalidOptionError(f"segment_format {self.segment_format!r} is not one of {FORMATS}")
+        if self.segment_target_bytes <= 0:
+            raise InvalidOptionError(f"segment_target_bytes must be positive, got {self.segment_target_bytes}")
+        if self.transaction_timeout_ms <= 0:
+            raise InvalidOptionError(f"transaction_timeout_ms must be positive, got {self.transaction_timeout_ms}")
+
+
+def to_table(data: Any) -> pa.Table:
+    """Accept an Arrow table or record batch, a pandas DataFrame, or a list of dicts.
+
+    Raises:
+        InvalidOptionError: anything else.
+    """
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    if isinstance(data, list) and all(isinstance(r, Mapping) for r in data):
+        return pa.Table.from_pylist(data)
+    try:
+        import pandas as pd
+    except ImportError:  # pragma: no cover
+        pd = None
+    if pd is not None and isinstance(data, pd.DataFrame):
+        return pa.Table.from_pandas(data, preserve_index=False)
+    raise InvalidOptionError(
+        f"send() takes a pyarrow Table or RecordBatch, a pandas DataFrame or a list of dicts, not {type(data).__name__}"
+    )
+
+
+def hash_partition(table: pa.Table, columns: Sequence[str], partitions: int) -> list[int]:
+    """A partition per row: a stable hash (CRC-32 of the key values' text) modulo the partition count; the same
+    function the Spark writer uses, so a key always lands in the same partition."""
+    cols = [table.column(c).to_pylist() for c in columns]
+    out = []
+    for vals in zip(*cols, strict=True):
+        key = "\x1f".join("" if v is None else str(v) for v in vals)
+        out.append(zlib.crc32(key.encode()) % partitions)
+    return out
+
+
+class Producer:
+    """A transactional producer bound to one transactional id. Not thread-safe; use one per thread."""
+
+    def __init__(
+        self,
+        store: Store | str,
+        transactional_id: str,
+        *,
+        options: Mapping[str, str] | StoreOptions | None = None,
+        config: ProducerConfig | None = None,
+        coordinator: TransactionCoordinator | None = None,
+    ) -> None:
+        self.store = store if isinstance(store, Store) else open_store(store, options)
+        self.config = config or ProducerConfig()
+        self.coordinator = coordinator or TransactionCoordinator(
+            self.store, transaction_timeout_ms=self.config.transaction_timeout_ms
+        )
+        self.transactional_id = transactional_id
+        self.identity: ProducerIdentity | None = None
+        self._txn: str | None = None
+        self._announced = False
+        self._buffers: dict[tuple[str, int], list[pa.Table]] = {}
+        self._buffered_bytes: dict[tuple[str, int], int] = {}
+        self._staged: list[SegmentRef] = []
+        self._offsets: dict[str, dict[str, dict[int, int]]] = {}
+        self._next_seq: dict[tuple[str, int], int] = {}
+        self._topics: dict[str, TopicMeta] = {}
+        self._rr = 0
+        self._fenced = False
+
+    # -- lifecycle --------------------------------------------------------------------------------------------
+
+    def init_transactions(self) -> ProducerIdentity:
+        """Register the transactional id, bump its epoch (fencing older producers) and finish whatever the
+        previous epoch left open."""
+        self.identity = self.coordinator.init_producer(
+            self.transactional_id, timeout_ms=self.config.transaction_timeout_ms
+        )
+        self._fenced = False
+        self._reset()
+        return self.identity
+
+    def begin_transaction(self) -> str:
+        """Start a transaction; returns its id.
+
+        Raises:
+            InvalidTxnStateError: not initialised, or a transaction is already open.
+            ProducerFencedError: this producer was fenced.
+        """
+        self._check_usable()
+        if self._txn is not None:
+            raise InvalidTxnStateError(f"transaction {self._txn} is already open")
+        assert self.identity is not None
+        self._txn = new_txn_id(self.identity.pid, self.identity.epoch)
+        return self._txn
+
+    def send(
+        self,
+        topic: str,
+        data: Any,
+        *,
+        partition: int | None = None,
+        key: str | Sequence[str] | None = None,
+    ) -> None:
+        """Buffer ``data`` for ``topic``: into ``partition``, or by the hash of the ``key`` column(s), or spread
+        round-robin over the partitions.
+
+        Raises:
+            InvalidTxnStateError: no open transaction.
+            TopicNotFoundError, SchemaMismatchError, InvalidOptionError: bad topic, data or partition.
+        """
+        self._check_open()
+        meta = self._topic(topic)
+        table = conform(to_table(data), meta)
+        if table.num_rows == 0:
+            return
+        if partition is not None:
+            if not isinstance(partition, int) or not 0 <= partition < meta.partitions:
+                raise InvalidOptionError(f"topic {topic!r} has no partition {partition!r}")
+            self._buffer(topic, partition, table)
+            return
+        if key is not None:
+            cols = [key] if isinstance(key, str) else list(key)
+            for c in cols:
+                if c not in table.column_names:
+                    raise InvalidOptionError(f"key column {c!r} is not a column of topic {topic!r}")
+            parts = pa.array(hash_partition(table, cols, meta.partitions))
+        else:
+            n = table.num_rows
+            parts = pa.array([(self._rr + i) % meta.partitions for i in range(n)])
+            self._rr = (self._rr + n) % meta.partitions
+        for p in range(meta.partitions):
+            sub = table.filter(pa.compute.equal(parts, p))
+            if sub.num_rows:
+                self._buffer(topic, p, sub)
+
+    def send_offsets_to_transaction(self, offsets: Mapping[str, Mapping[int, int]], group_id: str) -> None:
+        """Commit consumer-group ``group_id``'s offsets (topic -> partition -> next offset) with this transaction.
+
+        Raises:
+            InvalidTxnStateError: no open transaction.
+        """
+        self._check_open()
+        g = self._offsets.setdefault(group_id, {})
+        for topic, parts in offsets.items():
+            g.setdefault(topic, {}).update({int(p): int(o) for p, o in parts.items()})
+
+    def flush(self) -> None:
+        """Stage every buffered row now."""
+        self._check_open()
+        for key in list(self._buffers):
+            self._stage(key)
+
+    def commit_transaction(self, *, app_key: str | None = None) -> CommitResult:
+        """Stage what is buffered, then commit. With ``app_key``, a key already committed by this transactional
+        id makes the commit a no-op (``already_committed``).
+
+        Raises:
+            ProducerFencedError: a newer producer took over; nothing of this transaction is visible.
+            CommitStateUnknownError: the outcome could not be learned; ``init_transactions`` resolves it.
+        """
+        self._check_open()
+        self.flush()
+        assert self.identity is not None and self._txn is not None
+        try:
+            result = self.coordinator.commit(
+                self.identity, self._txn, self._staged, offsets=self._offsets, app_key=app_key
+            )
+        except ProducerFencedError:
+            self._fenced = True
+            raise
+        except TxnLogError:
+            raise
+        for seg in self._staged:
+            if seg.seq is not None:
+                k = (seg.topic, seg.partition)
+                self._next_seq[k] = max(self._next_seq.get(k, 0), seg.seq + 1)
+        self._reset()
+        return result
+
+    def abort_transaction(self) -> None:
+        """Abort the open transaction; nothing it staged becomes visible.
+
+        Raises:
+            ProducerFencedError: a newer producer took over (the transaction is aborted anyway).
+        """
+        if self._txn is None:
+            raise InvalidTxnStateError("no transaction is open")
+        assert self.identity is not None
+        txn, announced = self._txn, self._announced
+        self._reset()
+        self._next_seq = {}
+        try:
+            if announced:
+                self.coordinator.abort(self.identity, txn)
+        except ProducerFencedError:
+            self._fenced = True
+            raise
+        self._sync_sequences()
+
+    @contextmanager
+    def transaction(self, *, app_key: str | None = None) -> Iterator[str]:
+        """``with producer.transaction():`` commits on a clean exit and aborts on an exception."""
+        txn = self.begin_transaction()
+        try:
+            yield txn
+        except BaseException:
+            if self._txn == txn:
+                try:
+                    self.abort_transaction()
+                except TxnLogError:
+                    pass
+            raise
+        self.commit_transaction(app_key=app_key)
+
+    def close(self) -> None:
+        """Abort any open transaction (best effort) and drop buffers."""
+        if self._txn is not None:
+            try:
+                self.abort_transaction()
+            except TxnLogError:
+                pass
+
+    # -- internals --------------------------------------------------------------------------------------------
+
+    def _reset(self) -> None:
+        self._txn = None
+        self._announced = False
+        self._buffers.clear()
+        self._buffered_bytes.clear()
+        self._staged = []
+        self._offsets = {}
+
+    def _sync_sequences(self) -> None:
+        st = self.coordinator.log.refresh()
+        self._next_seq = {
+            (t, int(p)): v + 1
+            for k, v in st.sequences.items()
+            for tid, t, p in [k.split("|")]
+            if tid == self.transactional_id
+        }
+
+    def _check_usable(self) -> None:
+        if self.identity is None:
+            raise InvalidTxnStateError("call init_transactions() first")
+        if self._fenced:
+            raise ProducerFencedError(
+                f"producer for {self.transactional_id!r} epoch {self.identity.epoch} was fenced; create a new one"
+            )
+
+    def _check_open(self) -> None:
+        self._check_usable()
+        if self._txn is None:
+            raise InvalidTxnStateError("no transaction is open; call begin_transaction()")
+
+    def _topic(self, name: str) -> TopicMeta:
+        meta = self._topics.get(name)
+        if meta is None:
+            meta = self._topics[name] = get_topic(self.store, name)
+        return meta
+
+    def _buffer(self, topic: str, partition: int, table: pa.Table) -> None:
+        key = (topic, partition)
+        self._buffers.setdefault(key, []).append(table)
+        self._buffered_bytes[key] = self._buffered_bytes.get(key, 0) + table.nbytes
+        if self._buffered_bytes[key] >= self.config.segment_target_bytes:
+            self._stage(key)
+
+    def _stage(self, key: tuple[str, int]) -> None:
+        tables = self._buffers.pop(key, [])
+        self._buffered_bytes.pop(key, None)
+        if not tables:
+            return
+        assert self.identity is not None and self._txn is not None
+        if not self._announced:
+            try:
+                self.coordinator.begin(self.identity, self._txn)
+            except ProducerFencedError:
+                self._fenced = True
+                raise
+            self._announced = True
+            if not self._next_seq:
+                self._sync_sequences()
+        topic, partition = key
+        seq = self._next_seq.get(key, 0)
+        ident = self.identity
+        name = f"{ident.pid}-{ident.epoch}-{seq:010d}-{self._txn.rsplit('.', 1)[1]}"
+        ref = stage_segment(self.store, topic, partition, pa.concat_tables(tables), name, seq=seq,
+                            fmt=self.config.segment_format)
+        self._next_seq[key] = seq + 1
+        self._staged.append(ref)

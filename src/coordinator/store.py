@@ -1,0 +1,445 @@
+"""The object-store layer and its contract.
+
+Everything txnlog does rests on four properties every backend must give, stated the way delta-rs states its log
+store contract:
+
+1. **Atomic visibility.** An object written by :meth:`Store.put` or :meth:`Store.put_if_absent` is either absent or
+   complete: no reader ever sees a partial object.
+2. **Mutual exclusion.** Of any number of concurrent :meth:`Store.put_if_absent` calls on one path, exactly one
+   creates the object; every other one learns that the path already holds another writer's bytes. A call whose own
+   write succeeded but whose reply was lost (the client retried) still reports success: the store compares the
+   bytes it finds with the bytes it sent, and every log record carries a unique writer token, so equal bytes mean
+   "mine".
+3. **Consistent listing.** Once a write has returned, :meth:`Store.list` shows the object (read-after-write and
+   list-after-write consistency, as S3 has given since 2020).
+4. **Read-your-writes.** :meth:`Store.get` after a returned write gives its bytes.
+
+Paths given to a store are relative, ``/``-separated, and never start with ``/`` nor contain ``..``; the store
+joins them to its root. Every call counts one request per backend operation kind in :attr:`Store.counters`, so
+users and benchmarks can see what an operation costs.
+
+Backends: :class:`MemoryStore` (``memory://``; a lock), :class:`LocalStore` (plain paths and ``file://``; a temp file
+in the same folder, then ``os.link`` to the final name, which fails if it exists), and
+:class:`coordinator.s3store.S3Store` (``s3://``; ``PutObject`` with ``If-None-Match: *``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from coordinator.errors import CommitStateUnknownError, InvalidOptionError, StoreError, UnsupportedStoreError
+
+__all__ = [
+    "LocalStore",
+    "MemoryStore",
+    "ObjectInfo",
+    "RequestCounters",
+    "Store",
+    "StoreOptions",
+    "open_store",
+    "probe_conditional_writes",
+]
+
+TEMP_PREFIX = ".tmp-"
+
+
+class RequestCounters:
+    """Thread-safe counts of store requests, by operation kind (``put_if_absent``, ``put``, ``get``, ``list``,
+    ``delete``, ``head``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+
+    def add(self, kind: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[kind] += n
+
+    def snapshot(self) -> dict[str, int]:
+        """The counts so far, as a plain dict."""
+        with self._lock:
+            return dict(self._counts)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._counts.clear()
+
+    def total(self) -> int:
+        with self._lock:
+            return sum(self._counts.values())
+
+    def __getitem__(self, kind: str) -> int:
+        with self._lock:
+            return self._counts[kind]
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """One stored object: its path relative to the store root, size in bytes and modification time (epoch s)."""
+
+    path: str
+    size: int
+    mtime: float
+
+
+@dataclass(frozen=True)
+class StoreOptions:
+    """Store access options, as the Spark options and the CLI take them. Never persisted; ``repr`` hides secrets."""
+
+    endpoint: str | None = None
+    key: str | None = field(default=None, repr=False)
+    secret: str | None = field(default=None, repr=False)
+    region: str | None = None
+    token: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> StoreOptions:
+        """Pick the ``s3.*`` keys (case-insensitive) out of a Spark-style option map."""
+        lower = {k.lower(): v for k, v in options.items()}
+        return cls(
+            endpoint=lower.get("s3.endpoint") or None,
+            key=lower.get("s3.key") or None,
+            secret=lower.get("s3.secret") or None,
+            region=lower.get("s3.region") or None,
+            token=lower.get("s3.token") or None,
+        )
+
+    def __repr__(self) -> str:
+        hidden = "***" if self.key or self.secret or self.token else None
+        return f"StoreOptions(endpoint={self.endpoint!r}, region={self.region!r}, credentials={hidden!r})"
+
+
+def check_relative(path: str) -> str:
+    """Validate a store-relative path.
+
+    Raises:
+        InvalidOptionError: the path is absolute, empty, or contains ``..`` / ``.`` / empty segments.
+    """
+    if not path or path.startswith("/") or "\\" in path:
+        raise InvalidOptionError(f"store path {path!r} must be relative and '/'-separated")
+    for part in path.split("/"):
+        if part in ("", ".", ".."):
+            raise InvalidOptionError(f"store path {path!r} has an empty, '.' or '..' segment")
+    return path
+
+
+class Store(ABC):
+    """An object store rooted at :attr:`url`. See the module docstring for the contract."""
+
+    url: str
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.counters = RequestCounters()
+
+    @abstractmethod
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        """Create ``path`` holding ``data`` if no object is there.
+
+        Returns:
+            True if this call's bytes are now at ``path`` (created now, or found there after a retried write of
+            the same bytes); False if another writer's different bytes were already there.
+        Raises:
+            CommitStateUnknownError: the write may or may not have happened and reading back failed too.
+            StoreError: the store failed past the retry budget.
+        """
+
+    @abstractmethod
+    def put(self, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path``, replacing any object there. Atomic: readers see old or new bytes.
+
+        Raises:
+            StoreError: the store failed past the retry budget.
+        """
+
+    @abstractmethod
+    def get(self, path: str) -> bytes:
+        """The bytes at ``path``.
+
+        Raises:
+            FileNotFoundError: no object at ``path``.
+            StoreError: the store failed past the retry budget.
+        """
+
+    @abstractmethod
+    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
+        """Names (not paths) of the objects directly inside folder ``prefix``, sorted; only names greater than
+        ``start_after`` when it is given. Subfolders are not returned. A missing folder lists as empty."""
+
+    @abstractmethod
+    def list_dirs(self, prefix: str) -> list[str]:
+        """Names of the subfolders directly inside folder ``prefix`` (``""`` is the root), sorted."""
+
+    @abstractmethod
+    def list_info(self, prefix: str) -> list[ObjectInfo]:
+        """Every object below folder ``prefix``, recursively, with size and mtime, sorted by path."""
+
+    @abstractmethod
+    def delete(self, path: str) -> None:
+        """Remove ``path``; a missing object is not an error."""
+
+    def exists(self, path: str) -> bool:
+        """Whether an object is at ``path``."""
+        try:
+            self.get(path)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def _read_back_equal(self, path: str, data: bytes, cause: BaseException | None = None) -> bool:
+        """After a create that reported "exists" or failed ambiguously: are these bytes ours?"""
+        try:
+            found = self.get(path)
+        except FileNotFoundError:
+            if cause is not None:
+                raise CommitStateUnknownError(
+                    f"conditional write of {path!r} failed ambiguously and nothing is there"
+                ) from cause
+            raise CommitStateUnknownError(f"{path!r} reported as existing but cannot be read") from None
+        except StoreError as exc:
+            raise CommitStateUnknownError(
+                f"could not read {path!r} back to learn the outcome of a conditional write"
+            ) from exc
+        return found == data
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections; the default holds none."""
+
+
+class MemoryStore(Store):
+    """An in-process store; every ``memory://NAME`` URL names one shared bucket for the life of the process."""
+
+    _buckets: dict[str, dict[str, tuple[bytes, float]]] = {}
+    _global_lock = threading.Lock()
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        with MemoryStore._global_lock:
+            self._objects = MemoryStore._buckets.setdefault(url.rstrip("/"), {})
+        self._lock = MemoryStore._global_lock
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        check_relative(path)
+        self.counters.add("put_if_absent")
+        with self._lock:
+            if path in self._objects:
+                return self._objects[path][0] == data
+            self._objects[path] = (bytes(data), _now())
+            return True
+
+    def put(self, path: str, data: bytes) -> None:
+        check_relative(path)
+        self.counters.add("put")
+        with self._lock:
+            self._objects[path] = (bytes(data), _now())
+
+    def get(self, path: str) -> bytes:
+        self.counters.add("get")
+        with self._lock:
+            try:
+                return self._objects[path][0]
+            except KeyError:
+                raise FileNotFoundError(path) from None
+
+    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
+        self.counters.add("list")
+        base = prefix.rstrip("/") + "/" if prefix else ""
+        with self._lock:
+            names = [p[len(base):] for p in self._objects if p.startswith(base) and "/" not in p[len(base):]]
+        return sorted(n for n in names if start_after is None or n > start_after)
+
+    def list_dirs(self, prefix: str) -> list[str]:
+        self.counters.add("list")
+        base = prefix.rstrip("/") + "/" if prefix else ""
+        with self._lock:
+            dirs = {p[len(base):].split("/", 1)[0] for p in self._objects if p.startswith(base) and "/" in p[len(base):]}
+        return sorted(dirs)
+
+    def list_info(self, prefix: str) -> list[ObjectInfo]:
+        self.counters.add("list")
+        base = prefix.rstrip("/") + "/" if prefix else ""
+        with self._lock:
+            return sorted(
+                (ObjectInfo(p, len(v[0]), v[1]) for p, v in self._objects.items() if p.startswith(base)),
+                key=lambda o: o.path,
+            )
+
+    def delete(self, path: str) -> None:
+        self.counters.add("delete")
+        with self._lock:
+            self._objects.pop(path, None)
+
+    @classmethod
+    def drop(cls, url: str) -> None:
+        """Forget the bucket behind ``url`` (tests)."""
+        with cls._global_lock:
+            cls._buckets.pop(url.rstrip("/"), None)
+
+
+class LocalStore(Store):
+    """A folder on local disk. ``put_if_absent`` writes a temp file in the target folder and ``os.link``s it to the
+    final name, which fails atomically if the name exists; ``put`` writes a temp file and ``os.replace``s it."""
+
+    def __init__(self, url: str, root: str) -> None:
+        super().__init__(url)
+        self.root = os.path.abspath(root)
+        os.makedirs(self.root, exist_ok=True)
+
+    def _full(self, path: str) -> str:
+        return os.path.join(self.root, *check_relative(path).split("/"))
+
+    def _write_temp(self, full: str, data: bytes) -> str:
+        folder = os.path.dirname(full)
+        os.makedirs(folder, exist_ok=True)
+        tmp = os.path.join(folder, f"{TEMP_PREFIX}{uuid.uuid4().hex}")
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        return tmp
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        self.counters.add("put_if_absent")
+        full = self._full(path)
+        try:
+            tmp = self._write_temp(full, data)
+            try:
+                os.link(tmp, full)
+            except FileExistsError:
+                return self._read_back_equal(path, data)
+            finally:
+                os.unlink(tmp)
+        except OSError as exc:
+            raise StoreError(f"local store write of {path!r} failed: {exc.strerror}") from exc
+        return True
+
+    def put(self, path: str, data: bytes) -> None:
+        self.counters.add("put")
+        full = self._full(path)
+        try:
+            tmp = self._write_temp(full, data)
+            os.replace(tmp, full)
+        except OSError as exc:
+            raise StoreError(f"local store write of {path!r} failed: {exc.strerror}") from exc
+
+    def get(self, path: str) -> bytes:
+        self.counters.add("get")
+        try:
+            with open(self._full(path), "rb") as fh:
+                return fh.read()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            raise FileNotFoundError(path) from None
+
+    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
+        self.counters.add("list")
+        folder = self._full(prefix) if prefix else self.root
+        try:
+            entries = list(os.scandir(folder))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        names = [e.name for e in entries if e.is_file() and not e.name.startswith(TEMP_PREFIX)]
+        return sorted(n for n in names if start_after is None or n > start_after)
+
+    def list_dirs(self, prefix: str) -> list[str]:
+        self.counters.add("list")
+        folder = self._full(prefix) if prefix else self.root
+        try:
+            return sorted(e.name for e in os.scandir(folder) if e.is_dir())
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def list_info(self, prefix: str) -> list[ObjectInfo]:
+        self.counters.add("list")
+        folder = self._full(prefix) if prefix else self.root
+        out: list[ObjectInfo] = []
+        for dirpath, _dirs, files in os.walk(folder):
+            for name in files:
+                if name.startswith(TEMP_PREFIX):
+                    continue
+                full = os.path.join(dirpath, name)
+                try:
+                    st = os.stat(full)
+                except FileNotFoundError:
+                    continue
+                rel = os.path.relpath(full, self.root).replace(os.sep, "/")
+                out.append(ObjectInfo(rel, st.st_size, st.st_mtime))
+        return sorted(out, key=lambda o: o.path)
+
+    def delete(self, path: str) -> None:
+        self.counters.add("delete")
+        try:
+            os.unlink(self._full(path))
+        except FileNotFoundError:
+            pass
+
+
+def _now() -> float:
+    import time
+
+    return time.time()
+
+
+_PROBED: set[str] = set()
+_PROBE_LOCK = threading.Lock()
+
+
+def probe_conditional_writes(store: Store) -> None:
+    """Check once per process and store URL that ``put_if_absent`` really is exclusive.
+
+    Raises:
+        UnsupportedStoreError: a second conditional create of the same path succeeded with different bytes.
+    """
+    with _PROBE_LOCK:
+        if store.url in _PROBED:
+            return
+    path = f"_txn/probe/{uuid.uuid4().hex}"
+    try:
+        first = store.put_if_absent(path, b"probe-a")
+        second = store.put_if_absent(path, b"probe-b")
+        held = store.get(path)
+    finally:
+        store.delete(path)
+    if not first or second or held != b"probe-a":
+        raise UnsupportedStoreError(
+            f"store {store.url} does not honour conditional writes (create-if-absent overwrote an existing "
+            "object); txnlog needs If-None-Match support to keep its transaction log consistent"
+        )
+    with _PROBE_LOCK:
+        _PROBED.add(store.url)
+
+
+def open_store(
+    url: str, options: Mapping[str, str] | StoreOptions | None = None, *, probe: bool = True
+) -> Store:
+    """Open the store rooted at ``url``: a plain path, ``file://``, ``memory://`` or ``s3://bucket/prefix``.
+
+    Raises:
+        InvalidOptionError: the URL scheme is not supported.
+        UnsupportedStoreError: the store does not honour conditional writes (checked once per process).
+    """
+    opts = options if isinstance(options, StoreOptions) else StoreOptions.from_options(options or {})
+    if not isinstance(url, str) or not url.strip():
+        raise InvalidOptionError(f"store path {url!r} is empty; give a local folder, file://, s3:// or memory://")
+    url = url.strip()
+    store: Store
+    if url.startswith("memory://"):
+        store = MemoryStore(url)
+    elif url.startswith("file://"):
+        store = LocalStore(url, url[len("file://"):])
+    elif url.startswith(("s3://", "s3a://")):
+        from coordinator.s3store import S3Store
+
+        store = S3Store(url, opts)
+    elif "://" in url:
+        raise InvalidOptionError(f"store URL scheme of {url!r} is not supported (use a path, file://, s3://, memory://)")
+    else:
+        store = LocalStore("file://" + os.path.abspath(url), url)
+    if probe:
+        probe_conditional_writes(store)
+    return store

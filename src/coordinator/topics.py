@@ -1,0 +1,205 @@
+"""Topics: a name, an Arrow schema, a partition count and a config, kept as versioned JSON in the store.
+
+A topic's definition lives in ``topics/<name>/meta/<version>.json``; creating a topic is a conditional create of
+version 0, so two processes creating the same topic at once agree on one definition. Adding partitions writes the
+next version. The schema is kept as Arrow IPC bytes (base64) plus a readable field list.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from coordinator.errors import (
+    CorruptLogError,
+    InvalidOptionError,
+    SchemaMismatchError,
+    TopicExistsError,
+    TopicNotFoundError,
+)
+from coordinator.layout import TOPICS, check_name, topic_meta_dir, topic_meta_path
+from coordinator.records import decode_json, encode_json
+from coordinator.store import Store
+
+MAX_PARTITIONS = 10_000
+
+
+@dataclass(frozen=True)
+class TopicMeta:
+    """A topic's definition."""
+
+    name: str
+    partitions: int
+    schema: pa.Schema
+    config: Mapping[str, str] = field(default_factory=dict)
+    version: int = 0
+    created_ms: int = 0
+
+    def to_bytes(self) -> bytes:
+        return encode_json(
+            {
+                "v": 1,
+                "name": self.name,
+                "partitions": self.partitions,
+                "schema": base64.b64encode(self.schema.serialize().to_pybytes()).decode(),
+                "fields": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in self.schema],
+                "config": dict(self.config),
+                "version": self.version,
+                "created_ms": self.created_ms,
+            }
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes, where: str) -> TopicMeta:
+        d = decode_json(data, where, "topic definition")
+        try:
+            schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(d["schema"])))
+            return cls(
+                name=str(d["name"]),
+                partitions=int(d["partitions"]),
+                schema=schema,
+                config={str(k): str(v) for k, v in d.get("config", {}).items()},
+                version=int(d["version"]),
+                created_ms=int(d.get("created_ms", 0)),
+            )
+        except (KeyError, TypeError, ValueError, pa.ArrowInvalid) as exc:
+            raise CorruptLogError(f"topic definition {where} is corrupt: {exc}") from exc
+
+
+def _check_partitions(n: object) -> int:
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_PARTITIONS:
+        raise InvalidOptionError(f"numPartitions must be an integer from 1 to {MAX_PARTITIONS}, got {n!r}")
+    return n
+
+
+def _latest_version(store: Store, name: str) -> int | None:
+    versions = [int(n[:-5]) for n in store.list(topic_meta_dir(name)) if n.endswith(".json") and n[:-5].isdigit()]
+    return max(versions) if versions else None
+
+
+def get_topic(store: Store, name: str) -> TopicMeta:
+    """The latest definition of topic ``name``.
+
+    Raises:
+        InvalidNameError: the name is not a valid topic name.
+        TopicNotFoundError: no such topic.
+        CorruptLogError: the definition file cannot be decoded.
+    """
+    check_name("topic", name)
+    version = _latest_version(store, name)
+    if version is None:
+        raise TopicNotFoundError(f"topic {name!r} does not exist in {store.url}")
+    path = topic_meta_path(name, version)
+    return TopicMeta.from_bytes(store.get(path), path)
+
+
+def list_topics(store: Store) -> list[str]:
+    """Names of the topics in the store, sorted."""
+    return [n for n in store.list_dirs(TOPICS) if store.list(topic_meta_dir(n))]
+
+
+def create_topic(
+    store: Store,
+    name: str,
+    schema: pa.Schema,
+    partitions: int = 1,
+    config: Mapping[str, str] | None = None,
+    *,
+    exist_ok: bool = False,
+    created_ms: int = 0,
+) -> TopicMeta:
+    """Create topic ``name``; with ``exist_ok``, return the existing definition if its schema is the same.
+
+    Raises:
+        InvalidNameError, InvalidOptionError: bad name or partition count.
+        TopicExistsError: the topic exists (and ``exist_ok`` is false, or its schema differs).
+    """
+    check_name("topic", name)
+    _check_partitions(partitions)
+    for f in schema:
+        if f.name.startswith("_"):
+            raise InvalidOptionError(
+                f"column {f.name!r}: names starting with '_' are reserved for metadata columns"
+            )
+    meta = TopicMeta(name, partitions, schema, dict(config or {}), 0, created_ms)
+    if store.put_if_absent(topic_meta_path(name, 0), meta.to_bytes()):
+        return meta
+    existing = get_topic(store, name)
+    if exist_ok and existing.schema.equals(schema):
+        return existing
+    if exist_ok:
+        raise TopicExistsError(
+            f"topic {name!r} exists with schema {_fmt(existing.schema)}, not {_fmt(schema)}"
+        )
+    raise TopicExistsError(f"topic {name!r} already exists")
+
+
+def add_partitions(store: Store, name: str, total: int) -> TopicMeta:
+    """Grow topic ``name`` to ``total`` partitions (never shrinks).
+
+    Raises:
+        InvalidOptionError: ``total`` is below the current count.
+        TopicNotFoundError: no such topic.
+    """
+    _check_partitions(total)
+    while True:
+        cur = get_topic(store, name)
+        if total < cur.partitions:
+            raise InvalidOptionError(f"topic {name!r} has {cur.partitions} partitions; cannot shrink to {total}")
+        if total == cur.partitions:
+            return cur
+        new = TopicMeta(name, total, cur.schema, cur.config, cur.version + 1, cur.created_ms)
+        if store.put_if_absent(topic_meta_path(name, new.version), new.to_bytes()):
+            return new
+
+
+def _fmt(schema: pa.Schema) -> str:
+    return "(" + ", ".join(f"{f.name}: {f.type}" for f in schema) + ")"
+
+
+def conform(table: pa.Table, meta: TopicMeta) -> pa.Table:
+    """Return ``table`` with the topic's column order and exact types.
+
+    Columns must match by name; a type may differ only where a safe cast exists (int32 into int64, say). Nulls in
+    a non-nullable column are refused.
+
+    Raises:
+        SchemaMismatchError: naming the missing, extra or mistyped columns.
+    """
+    want = meta.schema
+    have = {f.name: f for f in table.schema}
+    missing = [f.name for f in want if f.name not in have]
+    extra = [n for n in have if want.get_field_index(n) < 0]
+    if missing or extra:
+        raise SchemaMismatchError(
+            f"data for topic {meta.name!r} does not match its schema {_fmt(want)}: "
+            f"missing columns {missing}, unexpected columns {extra}"
+        )
+    cols = []
+    for f in want:
+        col = table.column(f.name)
+        if not col.type.equals(f.type):
+            try:
+                col = col.cast(f.type, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise SchemaMismatchError(
+                    f"column {f.name!r} of topic {meta.name!r} is {f.type}, data has {have[f.name].type}"
+                ) from exc
+        if not f.nullable and col.null_count:
+            raise SchemaMismatchError(f"column {f.name!r} of topic {meta.name!r} is not nullable but has nulls")
+        cols.append(col)
+    return pa.Table.from_arrays(cols, schema=want)
+
+
+def describe_json(meta: TopicMeta) -> dict[str, Any]:
+    return {
+        "name": meta.name,
+        "partitions": meta.partitions,
+        "fields": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in meta.schema],
+        "config": dict(meta.config),
+        "version": meta.version,
+    }
