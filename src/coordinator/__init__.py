@@ -33,7 +33,7 @@ from coordinator.producer import Producer, ProducerConfig, hash_partition, to_ta
 from coordinator.reader import METADATA_FIELDS, METADATA_NAMES, check_isolation, output_schema, read_slices
 from coordinator.records import SegmentRef, TxnState
 from coordinator.segments import stage_segment
-from coordinator.store import MemoryStore, LocalStore, Store, StoreOptions, open_store
+from coordinator.store import LocalStore, MemoryStore, Store, StoreOptions, open_store
 from coordinator.topics import TopicMeta, add_partitions, conform, create_topic, get_topic, list_topics
 
 __all__ = [

@@ -25,6 +25,7 @@ from coordinator.errors import (
     InvalidOptionError,
     InvalidTxnStateError,
     OutOfOrderSequenceError,
+    ProducerFencedError,
     TopicNotFoundError,
 )
 from coordinator.layout import check_name
@@ -37,6 +38,9 @@ from coordinator.txnlog import TransactionLog, now_ms
 
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS = 7 * 24 * 3600 * 1000
+#: Transactional ids of the reserved producers that commit group offsets outside transactions. User ids must
+#: start with a letter or digit, so they can never collide with these.
+GROUP_TID_PREFIX = "__group__."
 
 
 @dataclass(frozen=True)
@@ -134,6 +138,9 @@ class TransactionCoordinator:
         timeout = self.transaction_timeout_ms if timeout_ms is None else timeout_ms
         if not isinstance(timeout, int) or timeout <= 0:
             raise InvalidOptionError(f"transaction timeout must be a positive number of ms, got {timeout!r}")
+        return self._init(tid, timeout, now)
+
+    def _init(self, tid: str, timeout: int, now: int | None) -> ProducerIdentity:
         while True:
             state = self.log.refresh()
             meta = state.producers.get(tid)
@@ -146,7 +153,7 @@ class TransactionCoordinator:
                 continue
             ts = now_ms() if now is None else now
 
-            def build(st: CoordinatorState, seq: int, writer: str) -> TxnEntry:
+            def build(st: CoordinatorState, seq: int, writer: str, ts: int = ts) -> TxnEntry:
                 m = st.producers.get(tid)
                 if m is not None and not is_ready(m.state):
                     raise _Retry()
@@ -330,6 +337,30 @@ class TransactionCoordinator:
                 ends.setdefault(meta.name, {})[p] = plog.end_offset_at(seq)
                 starts.setdefault(meta.name, {})[p] = plog.start_offset
         return Snapshot(seq, ends, starts)
+
+    def commit_group_offsets(self, group: str, offsets: Mapping[str, Mapping[int, int]]) -> None:
+        """Record consumer-group progress outside any transaction (Kafka's ``commitSync``): a transaction of the
+        group's own reserved producer that publishes no segments, only the offsets.
+
+        Raises:
+            InvalidNameError: bad group name.
+        """
+        check_name("group", group)
+        tid = f"{GROUP_TID_PREFIX}{group}"
+        st = self.log.refresh()
+        meta = st.producers.get(tid)
+        if meta is not None and is_ready(meta.state):
+            ident = ProducerIdentity(tid, meta.pid, meta.epoch)
+        else:
+            ident = self._init_reserved(tid)
+        try:
+            self.commit(ident, new_txn_id(ident.pid, ident.epoch), (), offsets={group: offsets})
+        except ProducerFencedError:
+            ident = self._init_reserved(tid)
+            self.commit(ident, new_txn_id(ident.pid, ident.epoch), (), offsets={group: offsets})
+
+    def _init_reserved(self, tid: str) -> ProducerIdentity:
+        return self._init(tid, self.transaction_timeout_ms, None)
 
     def group_offsets(self, group: str) -> dict[str, dict[int, int]]:
         """The offsets committed for consumer group ``group``: topic -> partition -> next offset."""

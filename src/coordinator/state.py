@@ -175,7 +175,8 @@ class CoordinatorState:
 
     def committed_app_key(self, tid: str, app_key: str) -> str | None:
         """The transaction that committed ``app_key`` for ``tid``, if it is remembered."""
-        return self.app_keys.get(tid, {}).get(app_key)
+        keys = self.app_keys.get(tid)
+        return None if keys is None else keys.get(app_key)
 
     def group_offsets(self, group: str) -> dict[str, dict[int, int]]:
         return {t: {int(p): o for p, o in ps.items()} for t, ps in self.groups.get(group, {}).items()}

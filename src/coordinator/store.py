@@ -25,6 +25,7 @@ in the same folder, then ``os.link`` to the final name, which fails if it exists
 
 from __future__ import annotations
 
+import builtins
 import os
 import threading
 import uuid
@@ -168,16 +169,16 @@ class Store(ABC):
         """
 
     @abstractmethod
-    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
+    def list(self, prefix: str, start_after: str | None = None) -> builtins.list[str]:
         """Names (not paths) of the objects directly inside folder ``prefix``, sorted; only names greater than
         ``start_after`` when it is given. Subfolders are not returned. A missing folder lists as empty."""
 
     @abstractmethod
-    def list_dirs(self, prefix: str) -> list[str]:
+    def list_dirs(self, prefix: str) -> builtins.list[str]:
         """Names of the subfolders directly inside folder ``prefix`` (``""`` is the root), sorted."""
 
     @abstractmethod
-    def list_info(self, prefix: str) -> list[ObjectInfo]:
+    def list_info(self, prefix: str) -> builtins.list[ObjectInfo]:
         """Every object below folder ``prefix``, recursively, with size and mtime, sorted by path."""
 
     @abstractmethod
@@ -247,21 +248,21 @@ class MemoryStore(Store):
             except KeyError:
                 raise FileNotFoundError(path) from None
 
-    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
+    def list(self, prefix: str, start_after: str | None = None) -> builtins.list[str]:
         self.counters.add("list")
         base = prefix.rstrip("/") + "/" if prefix else ""
         with self._lock:
             names = [p[len(base):] for p in self._objects if p.startswith(base) and "/" not in p[len(base):]]
         return sorted(n for n in names if start_after is None or n > start_after)
 
-    def list_dirs(self, prefix: str) -> list[str]:
+    def list_dirs(self, prefix: str) -> builtins.list[str]:
         self.counters.add("list")
         base = prefix.rstrip("/") + "/" if prefix else ""
         with self._lock:
-            dirs = {p[len(base):].split("/", 1)[0] for p in self._objects if p.startswith(base) and "/" in p[len(base):]}
-        return sorted(dirs)
+            rests = [p[len(base):] for p in self._objects if p.startswith(base)]
+        return sorted({r.split("/", 1)[0] for r in rests if "/" in r})
 
-    def list_info(self, prefix: str) -> list[ObjectInfo]:
+    def list_info(self, prefix: str) -> builtins.list[ObjectInfo]:
         self.counters.add("list")
         base = prefix.rstrip("/") + "/" if prefix else ""
         with self._lock:
@@ -336,7 +337,7 @@ class LocalStore(Store):
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             raise FileNotFoundError(path) from None
 
-    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
+    def list(self, prefix: str, start_after: str | None = None) -> builtins.list[str]:
         self.counters.add("list")
         folder = self._full(prefix) if prefix else self.root
         try:
@@ -346,7 +347,7 @@ class LocalStore(Store):
         names = [e.name for e in entries if e.is_file() and not e.name.startswith(TEMP_PREFIX)]
         return sorted(n for n in names if start_after is None or n > start_after)
 
-    def list_dirs(self, prefix: str) -> list[str]:
+    def list_dirs(self, prefix: str) -> builtins.list[str]:
         self.counters.add("list")
         folder = self._full(prefix) if prefix else self.root
         try:
@@ -354,10 +355,10 @@ class LocalStore(Store):
         except (FileNotFoundError, NotADirectoryError):
             return []
 
-    def list_info(self, prefix: str) -> list[ObjectInfo]:
+    def list_info(self, prefix: str) -> builtins.list[ObjectInfo]:
         self.counters.add("list")
         folder = self._full(prefix) if prefix else self.root
-        out: list[ObjectInfo] = []
+        out: builtins.list[ObjectInfo] = []
         for dirpath, _dirs, files in os.walk(folder):
             for name in files:
                 if name.startswith(TEMP_PREFIX):
