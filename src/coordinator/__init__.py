@@ -1,5 +1,6 @@
 """txnlog core: the transactional, partitioned log on object storage. Never imports pyspark."""
 
+from coordinator import faults
 from coordinator.consumer import Consumer, read_snapshot
 from coordinator.coordinator import (
     CommitResult,
@@ -44,6 +45,6 @@ __all__ = [
     "ProducerFencedError", "ProducerIdentity", "SchemaMismatchError", "SegmentRef", "SegmentSlice", "Snapshot",
     "Store", "StoreError", "StoreOptions", "TopicExistsError", "TopicMeta", "TopicNotFoundError",
     "TransactionCoordinator", "TxnLogError", "TxnState", "UnsupportedStoreError", "add_partitions", "check_isolation",
-    "check_name", "conform", "create_topic", "get_topic", "hash_partition", "list_topics", "new_txn_id",
+    "check_name", "conform", "faults", "create_topic", "get_topic", "hash_partition", "list_topics", "new_txn_id",
     "open_store", "output_schema", "read_slices", "read_snapshot", "stage_segment", "to_table",
 ]

@@ -1,0 +1,428 @@
+"""Core guarantees on every backend: G1 atomic visibility, G3 fencing, G4 order and offsets, G6 no blocking,
+G7 honest failure, G8 bad input; plus timeouts, expiration, sequence numbers, idempotency keys, group offsets and
+checkpoints."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from core_helpers import SCHEMA, Backend, backend, committed_ids, make_topic, rows  # noqa: F401
+
+from coordinator import (
+    CommitStateUnknownError,
+    Consumer,
+    InvalidNameError,
+    InvalidOptionError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    Producer,
+    ProducerFencedError,
+    SchemaMismatchError,
+    SegmentRef,
+    Store,
+    TopicNotFoundError,
+    TransactionCoordinator,
+    create_topic,
+    new_txn_id,
+    read_snapshot,
+    stage_segment,
+)
+from coordinator.records import TxnState
+
+
+def test_commit_publishes_atomically_with_dense_offsets_in_commit_order(backend: Backend) -> None:
+    store = backend.open()
+    make_topic(store, partitions=4)
+    a, b = Producer(store, "a"), Producer(backend.open(), "b")
+    a.init_transactions()
+    b.init_transactions()
+    a.begin_transaction()
+    b.begin_transaction()
+    a.send("t", rows(range(0, 40), "a"), key="id")
+    b.send("t", rows(range(100, 140), "b"), key="id")
+    a.flush()
+    b.flush()
+    rb = b.commit_transaction()  # b commits first although a began first: b's offsets come first
+    ra = a.commit_transaction()
+    assert rb.commit_seq < ra.commit_seq
+    table = read_snapshot(backend.open(), ["t"])["t"]
+    for p in range(4):
+        part = table.filter(pa.compute.equal(table.column("_partition"), p)).sort_by("_offset")
+        labels = part.column("txn").to_pylist()
+        assert part.column("_offset").to_pylist() == list(range(part.num_rows))
+        assert labels == sorted(labels, key=lambda x: x != "b"), f"partition {p} not in commit order: {labels}"
+    assert committed_ids(backend) == list(range(0, 40)) + list(range(100, 140))
+
+
+def test_send_order_of_one_producer_is_kept(backend: Backend) -> None:
+    store = backend.open()
+    make_topic(store, partitions=1)
+    p = Producer(store, "ordered")
+    p.init_transactions()
+    for chunk in range(5):
+        with p.transaction():
+            for i in range(chunk * 10, chunk * 10 + 10):
+                p.send("t", rows([i], "x"), partition=0)
+    table = read_snapshot(backend.open(), ["t"])["t"].sort_by("_offset")
+    assert table.column("id").to_pylist() == list(range(50))
+
+
+def test_zombie_epoch_is_fenced_for_send_commit_and_abort(backend: Backend) -> None:
+    store = backend.open()
+    make_topic(store)
+    old = Producer(store, "etl")
+    old.init_transactions()
+    old.begin_transaction()
+    old.send("t", rows(range(10), "zombie"))
+    old.flush()
+    new = Producer(backend.open(), "etl")
+    ident = new.init_transactions()
+    # One bump fences and aborts the open transaction, the next is the new producer's epoch.
+    assert old.identity is not None and ident.epoch == old.identity.epoch + 2
+    with pytest.raises(ProducerFencedError, match="fenced"):
+        old.commit_transaction()
+    with pytest.raises(ProducerFencedError):
+        old.begin_transaction()
+    # A zombie that never announced its transaction is fenced at its commit point too.
+    old2 = Producer(backend.open(), "etl2")
+    old2.init_transactions()
+    Producer(backend.open(), "etl2").init_transactions()
+    old2.begin_transaction()
+    old2.send("t", rows(range(20, 25), "zombie2"))
+    with pytest.raises(ProducerFencedError):
+        old2.commit_transaction()
+    with new.transaction():
+        new.send("t", rows(range(30, 33), "new"))
+    assert committed_ids(backend) == [30, 31, 32]
+
+
+def test_zombie_abort_after_fence_has_no_effect_on_new_epoch(backend: Backend) -> None:
+    store = backend.open()
+    make_topic(store)
+    old = Producer(store, "x")
+    old.init_transactions()
+    old.begin_transaction()
+    old.send("t", rows([1], "z"))
+    old.flush()
+    new = Producer(backend.open(), "x")
+    new.init_transactions()
+    new.begin_transaction()
+    new.send("t", rows([2], "n"))
+    new.flush()
+    with pytest.raises(ProducerFencedError):
+        old.abort_transaction()
+    new.commit_transaction()
+    assert committed_ids(backend) == [2]
+
+
+def test_hung_transaction_does_not_block_later_commits(backend: Backend) -> None:
+    store = backend.open()
+    make_topic(store, partitions=1)
+    hung = Producer(store, "hung")
+    hung.init_transactions()
+    hung.begin_transaction()
+    hung.send("t", rows(range(5), "hung"))
+    hung.flush()  # staged and announced, never committed
+    live = Producer(backend.open(), "live")
+    live.init_transactions()
+    with live.transaction():
+        live.send("t", rows(range(10, 13), "live"))
+    consumer = Consumer(backend.open())
+    consumer.subscribe(["t"])
+    got = consumer.poll()
+    assert got.column("id").to_pylist() == [10, 11, 12]
+    assert got.column("_offset").to_pylist() == [0, 1, 2]
+    # read_uncommitted additionally shows the hung transaction's records, without offsets.
+    unc = Consumer(backend.open(), isolation_level="read_uncommitted")
+    unc.subscribe(["t"])
+    table = unc.poll()
+    assert sorted(table.column("id").to_pylist()) == [0, 1, 2, 3, 4, 10, 11, 12]
+    assert table.filter(pa.compute.is_null(table.column("_offset"))).num_rows == 5
+
+
+def test_prepared_commit_is_rolled_forward_by_a_reader(backend: Backend) -> None:
+    from coordinator import faults
+    from coordinator.faults import InjectedCrash
+
+    store = backend.open()
+    make_topic(store, partitions=2)
+    p = Producer(store, "w")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("t", rows(range(8), "x"), key="id")
+
+    def crash(name: str) -> None:
+        if name == "marker.after":
+            raise InjectedCrash(name)
+
+    with faults.injected(crash), pytest.raises(InjectedCrash):
+        p.commit_transaction()
+    # One partition has its marker, the other not yet: a snapshot must still show all or nothing.
+    assert committed_ids(backend) == list(range(8))
+
+
+def test_timeout_sweep_aborts_with_epoch_bump_even_with_skewed_clocks(backend: Backend) -> None:
+    store = backend.open()
+    make_topic(store)
+    p = Producer(store, "slow")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("t", rows(range(3), "slow"))
+    p.flush()
+    sweeper = backend.coordinator()
+    start = sweeper.log.refresh().producers["slow"].txn_start_ts
+    assert start is not None
+    # A sweeper whose clock is behind does nothing; one that is minutes ahead aborts and fences.
+    assert sweeper.abort_timed_out(now=start - 5 * 60_000) == []
+    assert sweeper.abort_timed_out(now=start + 5 * 60_000) == ["slow"]
+    meta = sweeper.log.refresh().producers["slow"]
+    assert meta.state is TxnState.COMPLETE_ABORT and meta.epoch == 1
+    with pytest.raises(ProducerFencedError):
+        p.commit_transaction()
+    assert committed_ids(backend) == []
+
+
+def test_expired_transactional_id_fences_its_producer_and_gets_a_new_pid(backend: Backend) -> None:
+    store = backend.open()
+    make_topic(store)
+    p = Producer(store, "idle")
+    ident = p.init_transactions()
+    coord = backend.coordinator()
+    last = coord.log.refresh().producers["idle"].last_ts
+    assert coord.expire_transactional_ids(now=last + 1000) == []
+    assert coord.expire_transactional_ids(now=last + 8 * 24 * 3600 * 1000) == ["idle"]
+    with pytest.raises(ProducerFencedError, match="expired"):
+        with p.transaction():
+            p.send("t", rows([1], "x"))
+    again = Producer(backend.open(), "idle").init_transactions()
+    assert again.pid != ident.pid
+
+
+def test_sequence_numbers_drop_duplicates_and_refuse_gaps(backend: Backend) -> None:
+    store = backend.open()
+    make_topic(store, partitions=1)
+    coord = TransactionCoordinator(store)
+    ident = coord.init_producer("seq")
+    tbl = pa.Table.from_pylist(rows(range(3), "s"), schema=SCHEMA)
+    s0 = stage_segment(store, "t", 0, tbl, "seg-0", seq=0)
+    s1 = stage_segment(store, "t", 0, tbl, "seg-1", seq=1)
+    coord.commit(ident, new_txn_id(ident.pid, ident.epoch), [s0, s1])
+    # A retried send of seq 1 (duplicate) is dropped; seq 2 is new.
+    s2 = stage_segment(store, "t", 0, tbl, "seg-2", seq=2)
+    res = coord.commit(ident, new_txn_id(ident.pid, ident.epoch), [s1, s2])
+    assert res.records == 3
+    s4 = stage_segment(store, "t", 0, tbl, "seg-4", seq=4)
+    with pytest.raises(OutOfOrderSequenceError, match="expected 3, got 4"):
+        coord.commit(ident, new_txn_id(ident.pid, ident.epoch), [s4])
+    assert len(committed_ids(backend)) == 9
+
+
+def test_application_key_makes_a_replayed_commit_a_no_op(backend: Backend) -> None:
+    store = backend.open()
+    make_topic(store, partitions=1)
+    coord = TransactionCoordinator(store)
+    ident = coord.init_producer("stream")
+    tbl = pa.Table.from_pylist(rows(range(4), "b"), schema=SCHEMA)
+    seg = stage_segment(store, "t", 0, tbl, "batch-7")
+    first = coord.commit(ident, new_txn_id(ident.pid, ident.epoch), [seg], app_key="q1/7")
+    seg2 = stage_segment(store, "t", 0, tbl, "batch-7-replay")
+    again = backend.coordinator().commit(ident, new_txn_id(ident.pid, ident.epoch), [seg2], app_key="q1/7")
+    assert not first.already_committed and again.already_committed and again.txn == first.txn
+    other_query = coord.commit(ident, new_txn_id(ident.pid, ident.epoch), [seg2], app_key="q2/7")
+    assert not other_query.already_committed
+    assert len(committed_ids(backend)) == 8
+
+
+def test_group_offsets_commit_atomically_with_output(backend: Backend) -> None:
+    from coordinator import faults
+    from coordinator.faults import InjectedCrash
+
+    store = backend.open()
+    make_topic(store, "in", 1)
+    make_topic(store, "out", 1)
+    src = Producer(store, "src")
+    src.init_transactions()
+    with src.transaction():
+        src.send("in", rows(range(10), "in"))
+    etl = Producer(backend.open(), "etl")
+    etl.init_transactions()
+    consumer = Consumer(backend.open(), group_id="g")
+    consumer.subscribe(["in"])
+    batch = consumer.poll(max_records=4)
+    etl.begin_transaction()
+    etl.send("out", rows([i * 10 for i in batch.column("id").to_pylist()], "out"))
+    etl.send_offsets_to_transaction(consumer.positions(), "g")
+
+    def crash(name: str) -> None:
+        if name == "txnlog.PrepareCommit.before":
+            raise InjectedCrash(name)
+
+    with faults.injected(crash), pytest.raises(InjectedCrash):
+        etl.commit_transaction()
+    assert backend.coordinator().group_offsets("g") == {}
+    assert committed_ids(backend, "out") == []
+    # The restarted job starts from the committed offsets (none) and commits output and offsets together.
+    etl = Producer(backend.open(), "etl")
+    etl.init_transactions()
+    consumer = Consumer(backend.open(), group_id="g")
+    consumer.subscribe(["in"])
+    batch = consumer.poll(max_records=4)
+    with etl.transaction():
+        etl.send("out", rows([i * 10 for i in batch.column("id").to_pylist()], "out"))
+        etl.send_offsets_to_transaction(consumer.positions(), "g")
+    assert backend.coordinator().group_offsets("g") == {"in": {0: 4}}
+    assert committed_ids(backend, "out") == [0, 10, 20, 30]
+    assert Consumer(backend.open(), group_id="g").committed("in", 0) == 4
+    c2 = Consumer(backend.open(), group_id="g")
+    c2.subscribe(["in"])
+    assert c2.position("in", 0) == 4 and c2.lag() == {("in", 0): 6}
+
+
+def test_snapshot_is_transaction_consistent_across_topics(backend: Backend) -> None:
+    store = backend.open()
+    make_topic(store, "a", 2)
+    make_topic(store, "b", 2)
+    p = Producer(store, "x")
+    p.init_transactions()
+    for n in range(5):
+        with p.transaction():
+            p.send("a", rows(range(n * 10, n * 10 + 10), f"t{n}"), key="id")
+            p.send("b", rows(range(n * 10, n * 10 + 10), f"t{n}"), key="id")
+    snap = backend.coordinator().snapshot(["a", "b"])
+    with p.transaction():
+        p.send("a", rows(range(90, 95), "late"))
+        p.send("b", rows(range(90, 95), "late"))
+    got = read_snapshot(backend.open(), ["a", "b"], snapshot=snap)
+    for t in ("a", "b"):
+        assert sorted(got[t].column("id").to_pylist()) == list(range(50))
+
+
+def test_commit_costs_touched_partitions_plus_two_conditional_writes(backend: Backend) -> None:
+    store = backend.open()
+    make_topic(store, partitions=16)
+    coord = TransactionCoordinator(store, checkpoint_interval=0)
+    ident = coord.init_producer("cost")
+    for touched in (1, 4, 16):
+        segs = [stage_segment(store, "t", p, pa.Table.from_pylist(rows([p], "c"), schema=SCHEMA), f"c{touched}-{p}")
+                for p in range(touched)]
+        before = store.counters["put_if_absent"]
+        coord.commit(ident, new_txn_id(ident.pid, ident.epoch), segs)
+        assert store.counters["put_if_absent"] - before == touched + 2
+
+
+def test_opening_the_log_costs_few_requests_whatever_its_length(backend: Backend) -> None:
+    store = backend.open()
+    make_topic(store, partitions=1)
+    coord = TransactionCoordinator(store, checkpoint_interval=20)
+    ident = coord.init_producer("many")
+    tbl = pa.Table.from_pylist(rows([1], "m"), schema=SCHEMA)
+    costs = []
+    for _ in range(3):
+        for _ in range(40):
+            coord.commit(ident, new_txn_id(ident.pid, ident.epoch), [stage_segment(store, "t", 0, tbl, new_txn_id(0, 0))])
+        fresh = backend.open()
+        TransactionCoordinator(fresh).partition("t", 0)
+        TransactionCoordinator(fresh)
+        costs.append(fresh.counters.total())
+    # The history grows 40 -> 120 commits; the cost of opening does not grow with it.
+    assert max(costs) <= 2 * 20 + 10, costs
+    assert costs[-1] <= costs[0] + 10, costs
+
+
+class LostReplyStore(Store):
+    """A real store whose conditional writes are applied but whose replies are lost, and whose reads can be made
+    to fail: what a network partition does to a client."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner.url)
+        self.inner = inner
+        self.lose_next_reply = False
+        self.reads_fail = False
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        created = self.inner.put_if_absent(path, data)
+        if self.lose_next_reply and "_txn/log" in path:
+            self.lose_next_reply = False
+            # The client cannot know: it asks the store what is there now.
+            if self.reads_fail:
+                raise CommitStateUnknownError(f"reply of conditional write {path} lost and read-back failed")
+            return self._read_back_equal(path, data)
+        return created
+
+    def put(self, path: str, data: bytes) -> None:
+        self.inner.put(path, data)
+
+    def get(self, path: str) -> bytes:
+        return self.inner.get(path)
+
+    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
+        return self.inner.list(prefix, start_after)
+
+    def list_dirs(self, prefix: str) -> list[str]:
+        return self.inner.list_dirs(prefix)
+
+    def list_info(self, prefix: str):  # type: ignore[no-untyped-def]
+        return self.inner.list_info(prefix)
+
+    def delete(self, path: str) -> None:
+        self.inner.delete(path)
+
+
+def test_lost_reply_of_commit_point_is_resolved_by_reading_back(backend: Backend) -> None:
+    store = LostReplyStore(backend.open())
+    make_topic(store)
+    p = Producer(store, "lr")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("t", rows(range(6), "x"))
+    p.flush()
+    store.lose_next_reply = True
+    result = p.commit_transaction()  # reported as committed, not as a conflict
+    assert result.records == 6
+    assert committed_ids(backend) == list(range(6))
+
+
+def test_unknown_commit_outcome_is_reported_then_resolved_by_init(backend: Backend) -> None:
+    store = LostReplyStore(backend.open())
+    make_topic(store)
+    p = Producer(store, "lr2")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("t", rows(range(6), "x"))
+    p.flush()
+    store.lose_next_reply = True
+    store.reads_fail = True
+    with pytest.raises(CommitStateUnknownError):
+        p.commit_transaction()
+    # The durable record decides: the prepare entry was written, so the next epoch rolls it forward.
+    Producer(backend.open(), "lr2").init_transactions()
+    assert committed_ids(backend) == list(range(6))
+
+
+def test_bad_input_is_refused_clearly_and_writes_nothing(backend: Backend) -> None:
+    store = backend.open()
+    make_topic(store)
+    p = Producer(store, "bad")
+    p.init_transactions()
+    p.begin_transaction()
+    with pytest.raises(SchemaMismatchError, match="missing columns \\['txn'\\]"):
+        p.send("t", [{"id": 1}])
+    with pytest.raises(SchemaMismatchError, match="column 'id'"):
+        p.send("t", [{"id": "one", "txn": "x"}])
+    with pytest.raises(TopicNotFoundError, match="nope"):
+        p.send("nope", rows([1], "x"))
+    with pytest.raises(InvalidOptionError, match="partition 7"):
+        p.send("t", rows([1], "x"), partition=7)
+    p.commit_transaction()
+    assert committed_ids(backend) == []
+    for bad in ["../escape", "a/b", "", ".", "x" * 300, "/abs", "a\\b"]:
+        with pytest.raises(InvalidNameError):
+            create_topic(store, bad, SCHEMA)
+        with pytest.raises(InvalidNameError):
+            Producer(store, bad).init_transactions()
+        with pytest.raises(InvalidNameError):
+            Consumer(store, group_id=bad)
+    with pytest.raises(InvalidOptionError, match="isolationLevel"):
+        Consumer(store, isolation_level="dirty")
+    with pytest.raises(InvalidTxnStateError, match="init_transactions"):
+        Producer(store, "fresh").begin_transaction()
