@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from coordinator.coordinator import CommitResult, ProducerIdentity, TransactionCoordinator, new_txn_id
@@ -77,11 +78,13 @@ def hash_partition(table: pa.Table, columns: Sequence[str], partitions: int) -> 
     """A partition per row: a stable hash (CRC-32 of the key values' text) modulo the partition count; the same
     function the Spark writer uses, so a key always lands in the same partition."""
     cols = [table.column(c).to_pylist() for c in columns]
-    out = []
-    for vals in zip(*cols, strict=True):
-        key = "\x1f".join("" if v is None else str(v) for v in vals)
-        out.append(zlib.crc32(key.encode()) % partitions)
-    return out
+    crc = zlib.crc32
+    if len(cols) == 1:
+        return [crc(("" if v is None else str(v)).encode()) % partitions for v in cols[0]]
+    return [
+        crc("\x1f".join("" if v is None else str(v) for v in vals).encode()) % partitions
+        for vals in zip(*cols, strict=True)
+    ]
 
 
 class Producer:
@@ -165,20 +168,28 @@ class Producer:
                 raise InvalidOptionError(f"topic {topic!r} has no partition {partition!r}")
             self._buffer(topic, partition, table)
             return
-        if key is not None:
-            cols = [key] if isinstance(key, str) else list(key)
-            for c in cols:
-                if c not in table.column_names:
-                    raise InvalidOptionError(f"key column {c!r} is not a column of topic {topic!r}")
-            parts = pa.array(hash_partition(table, cols, meta.partitions))
-        else:
-            n = table.num_rows
-            parts = pa.array([(self._rr + i) % meta.partitions for i in range(n)])
-            self._rr = (self._rr + n) % meta.partitions
+        if key is None:
+            # Contiguous, zero-copy slices, one per partition, starting where the last send stopped.
+            n, k = table.num_rows, meta.partitions
+            step = -(-n // k)
+            for i in range(k):
+                sub = table.slice(i * step, step)
+                if sub.num_rows:
+                    self._buffer(topic, (self._rr + i) % k, sub)
+            self._rr = (self._rr + 1) % k
+            return
+        cols = [key] if isinstance(key, str) else list(key)
+        for c in cols:
+            if c not in table.column_names:
+                raise InvalidOptionError(f"key column {c!r} is not a column of topic {topic!r}")
+        parts = np.asarray(hash_partition(table, cols, meta.partitions), dtype=np.int64)
+        order = np.argsort(parts, kind="stable")
+        bounds = np.searchsorted(parts[order], np.arange(meta.partitions + 1))
+        sorted_table = table.take(pa.array(order))
         for p in range(meta.partitions):
-            sub = table.filter(pa.compute.equal(parts, p))
-            if sub.num_rows:
-                self._buffer(topic, p, sub)
+            lo, hi = int(bounds[p]), int(bounds[p + 1])
+            if hi > lo:
+                self._buffer(topic, p, sorted_table.slice(lo, hi - lo))
 
     def send_offsets_to_transaction(self, offsets: Mapping[str, Mapping[int, int]], group_id: str) -> None:
         """Commit consumer-group ``group_id``'s offsets (topic -> partition -> next offset) with this transaction.

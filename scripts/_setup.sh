@@ -1,0 +1,37 @@
+# Sourced by demo.sh and test.sh: checks Python and Java, creates .venv and installs the project into it.
+# Usage: . scripts/_setup.sh EXTRAS      (EXTRAS: "spark" or "test")
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+PY="${PYTHON:-python3}"
+if ! command -v "$PY" >/dev/null 2>&1; then
+  echo "txnlog needs Python 3.10 or newer: install python3 (Debian/Ubuntu: apt-get install python3 python3-venv)" >&2
+  exit 1
+fi
+if ! "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)'; then
+  echo "txnlog needs Python 3.10 or newer; $("$PY" --version 2>&1) found" >&2
+  exit 1
+fi
+if ! command -v java >/dev/null 2>&1; then
+  echo "Spark needs Java 17 or 21 and no 'java' is on PATH." >&2
+  echo "Install it (Debian/Ubuntu: apt-get install openjdk-17-jre-headless; macOS: brew install openjdk@17)" >&2
+  echo "or set JAVA_HOME and put \$JAVA_HOME/bin on PATH." >&2
+  exit 1
+fi
+JAVA_MAJOR=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)
+if [ -n "$JAVA_MAJOR" ] && [ "$JAVA_MAJOR" -lt 17 ]; then
+  echo "Spark 4 needs Java 17 or newer; java $JAVA_MAJOR found (Debian/Ubuntu: apt-get install openjdk-17-jre-headless)" >&2
+  exit 1
+fi
+
+VENV="${TXNLOG_VENV:-.venv}"
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "creating virtual environment $VENV" >&2
+  "$PY" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install --quiet --upgrade pip
+fi
+echo "installing txnlog[$1] into $VENV" >&2
+"$VENV/bin/python" -m pip install --quiet -e ".[$1]"
+export PATH="$PWD/$VENV/bin:$PATH"
+export PYSPARK_PYTHON="$PWD/$VENV/bin/python"
+export PYSPARK_DRIVER_PYTHON="$PWD/$VENV/bin/python"
