@@ -25,10 +25,23 @@ from coordinator.layout import (
     partition_checkpoint_path,
     seq_name,
 )
-from coordinator.records import Marker, MarkerSegment, SegmentRef, TxnEntry, decode_json, encode_json
+from coordinator.records import (
+    Marker,
+    MarkerSegment,
+    PartitionRecord,
+    ReplaceRecord,
+    RetainRecord,
+    SegmentRef,
+    TxnEntry,
+    decode_json,
+    decode_partition_record,
+    encode_json,
+)
 from coordinator.store import Store
 
 DEFAULT_CHECKPOINT_INTERVAL = 100
+#: Transactions remembered per partition for commit results (older ones are never needed: see ensure_marker).
+TXNS_KEPT = 1000
 
 
 @dataclass(frozen=True)
@@ -43,10 +56,26 @@ class IndexedSegment:
     ts: int
     commit_seq: int
     txn: str
+    #: for a compacted segment: (first offset, commit ts, commit_seq) of each transaction merged in
+    runs: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def end_offset(self) -> int:
         return self.base_offset + self.rows
+
+    def run_list(self) -> tuple[tuple[int, int, int], ...]:
+        """(first offset, commit ts, commit_seq) of every transaction whose records this segment holds."""
+        return self.runs or ((self.base_offset, self.ts, self.commit_seq),)
+
+    def to_json(self) -> dict[str, object]:
+        d = dict(self.__dict__)
+        d["runs"] = [list(r) for r in self.runs]
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, object]) -> IndexedSegment:
+        runs = tuple((int(a), int(b), int(c)) for a, b, c in d.get("runs", ()))  # type: ignore[attr-defined]
+        return cls(**{**d, "runs": runs})  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -78,8 +107,10 @@ class PartitionLog:
         self.end_offset = 0
         self.segments: list[IndexedSegment] = []
         self._bases: list[int] = []
-        #: transaction id -> (marker idx, commit_seq, base offset, end offset) of every marker read.
+        #: transaction id -> (marker idx, commit_seq, base offset, end offset) of the last TXNS_KEPT markers.
         self.txns: dict[str, tuple[int, int, int, int]] = {}
+        #: path -> ms when a REPLACE or RETAIN record took the segment out of the live set (for GC).
+        self.retired: dict[str, int] = {}
         self.last_commit_seq = -1
         self._load_checkpoint()
         self.refresh()
@@ -92,13 +123,14 @@ class PartitionLog:
             where = f"{cdir}/{name}"
             try:
                 d = decode_json(self.store.get(where), where, "partition checkpoint")
-                segs = [IndexedSegment(**s) for s in d["segments"]]
+                segs = [IndexedSegment.from_json(s) for s in d["segments"]]
                 txns = {t: (int(i), int(c), int(b), int(e)) for t, i, c, b, e in d["txns"]}
+                retired = {str(k): int(v) for k, v in d.get("retired", {}).items()}
                 nxt, start, end, last = int(d["next_idx"]), int(d["start_offset"]), int(d["end_offset"]), \
                     int(d["last_commit_seq"])
             except (CorruptLogError, KeyError, TypeError, ValueError, FileNotFoundError):
                 continue
-            self.segments, self.txns = segs, txns
+            self.segments, self.txns, self.retired = segs, txns, retired
             self._bases = [s.base_offset for s in segs]
             self.next_idx, self.start_offset, self.end_offset, self.last_commit_seq = nxt, start, end, last
             return
@@ -115,10 +147,45 @@ class PartitionLog:
                 if idx != self.next_idx:
                     raise CorruptLogError(f"marker log of {self.topic}/{self.partition} has a gap before {mdir}/{name}")
                 path = f"{mdir}/{name}"
-                self._apply(Marker.from_bytes(self.store.get(path), path), path)
+                self._apply(decode_partition_record(self.store.get(path), path), path)
 
-    def _apply(self, m: Marker, where: str) -> None:
-        if m.idx != self.next_idx or m.base_offset != self.end_offset:
+    def _apply(self, rec: PartitionRecord, where: str) -> None:
+        if rec.idx != self.next_idx:
+            raise CorruptLogError(f"partition log record {where} does not follow record {self.next_idx - 1}")
+        if isinstance(rec, Marker):
+            self._apply_commit(rec, where)
+        elif isinstance(rec, ReplaceRecord):
+            self._apply_replace(rec, where)
+        else:
+            self._apply_retain(rec)
+        self.next_idx = rec.idx + 1
+
+    def _apply_replace(self, rec: ReplaceRecord, where: str) -> None:
+        i = bisect.bisect_left(self._bases, rec.base_offset)
+        j = i + len(rec.replaces)
+        old = self.segments[i:j]
+        if tuple(s.path for s in old) != rec.replaces or not old or old[-1].end_offset != rec.end_offset:
+            raise CorruptLogError(f"compaction record {where} does not match the live segments it replaces")
+        seg = rec.segment
+        merged = IndexedSegment(seg.path, rec.base_offset, rec.end_offset - rec.base_offset, seg.size, seg.crc32,
+                                rec.runs[0][1], max(r[2] for r in rec.runs), "", rec.runs)
+        self.segments[i:j] = [merged]
+        self._bases[i:j] = [rec.base_offset]
+        for s in old:
+            self.retired[s.path] = rec.ts
+
+    def _apply_retain(self, rec: RetainRecord) -> None:
+        if rec.start_offset <= self.start_offset:
+            return
+        self.start_offset = min(rec.start_offset, self.end_offset)
+        keep = [s for s in self.segments if s.end_offset > self.start_offset]
+        for s in self.segments[: len(self.segments) - len(keep)]:
+            self.retired[s.path] = rec.ts
+        self.segments = keep
+        self._bases = [s.base_offset for s in keep]
+
+    def _apply_commit(self, m: Marker, where: str) -> None:
+        if m.base_offset != self.end_offset:
             raise CorruptLogError(
                 f"commit marker {where} does not follow marker {self.next_idx - 1} (offset {self.end_offset})"
             )
@@ -132,7 +199,8 @@ class PartitionLog:
         if off != m.end_offset:
             raise CorruptLogError(f"commit marker {where}: segment rows do not add up to {m.records}")
         self.txns[m.txn] = (m.idx, m.commit_seq, m.base_offset, m.end_offset)
-        self.next_idx = m.idx + 1
+        if len(self.txns) > TXNS_KEPT:
+            del self.txns[next(iter(self.txns))]
         self.end_offset = m.end_offset
         self.last_commit_seq = max(self.last_commit_seq, m.commit_seq)
 
@@ -142,22 +210,15 @@ class PartitionLog:
         """Publish ``prepare``'s segments of this partition, unless a marker for that transaction exists.
 
         The caller guarantees that every transaction prepared before ``prepare`` that touches this partition
-        already has its marker here (completion runs in log order).
-
-        Raises:
-            CorruptLogError: a later transaction's marker is here but this one's is not (order was broken).
+        already has its marker here (completion runs in log order). So a marker of a transaction committed at or
+        after ``prepare`` means this one's is here too.
         """
         segs = tuple(MarkerSegment(s.path, s.rows, s.size, s.crc32) for s in segments)
         txn = prepare.txn or ""
         with self._lock:
             while True:
-                if txn in self.txns:
+                if txn in self.txns or self.last_commit_seq >= prepare.seq:
                     return
-                if self.last_commit_seq > prepare.seq:
-                    raise CorruptLogError(
-                        f"partition {self.topic}/{self.partition} has a marker of a transaction committed after "
-                        f"{txn!r} (log entry {prepare.seq}) but none for it"
-                    )
                 m = Marker(
                     idx=self.next_idx,
                     txn=txn,
@@ -170,16 +231,28 @@ class PartitionLog:
                     ts=prepare.ts,
                     segments=segs,
                 )
-                path = marker_path(self.topic, self.partition, m.idx)
-                faults.point("marker.before")
-                created = self.store.put_if_absent(path, m.to_bytes())
-                if created:
-                    faults.point("marker.after")
-                    self._apply(m, path)
-                    if self.checkpoint_interval and m.idx % self.checkpoint_interval == self.checkpoint_interval - 1:
-                        self.write_checkpoint()
+                if self.append(m, "marker"):
                     return
+
+    def append(self, rec: PartitionRecord, kind: str) -> bool:
+        """Create ``rec`` at its index if that index is free; apply it and return True, or read what won the
+        index and return False.
+
+        Raises:
+            CommitStateUnknownError: the store could not say whether the record was written.
+        """
+        with self._lock:
+            path = marker_path(self.topic, self.partition, rec.idx)
+            faults.point(f"{kind}.before")
+            created = self.store.put_if_absent(path, rec.to_bytes())
+            if not created:
                 self.refresh()
+                return False
+            faults.point(f"{kind}.after")
+            self._apply(rec, path)
+            if self.checkpoint_interval and rec.idx % self.checkpoint_interval == self.checkpoint_interval - 1:
+                self.write_checkpoint()
+            return True
 
     def write_checkpoint(self) -> None:
         """Write the index as of the last marker read (idempotent)."""
@@ -192,8 +265,9 @@ class PartitionLog:
                 "start_offset": self.start_offset,
                 "end_offset": self.end_offset,
                 "last_commit_seq": self.last_commit_seq,
-                "segments": [s.__dict__ for s in self.segments],
+                "segments": [s.to_json() for s in self.segments],
                 "txns": [[t, *v] for t, v in self.txns.items()],
+                "retired": self.retired,
             }
             faults.point("partition.checkpoint.before")
             self.store.put_if_absent(partition_checkpoint_path(self.topic, self.partition, self.next_idx - 1),
@@ -209,8 +283,9 @@ class PartitionLog:
                 return self.end_offset
             end = self.start_offset
             for s in self.segments:
-                if s.commit_seq > commit_seq:
-                    return s.base_offset
+                for first, _ts, seq in s.run_list():
+                    if seq > commit_seq:
+                        return max(first, self.start_offset)
                 end = s.end_offset
             return end
 
@@ -240,6 +315,7 @@ class PartitionLog:
         """The first offset committed at or after ``ts_ms`` (the end offset if none)."""
         with self._lock:
             for s in self.segments:
-                if s.ts >= ts_ms:
-                    return s.base_offset
+                for first, ts, _seq in s.run_list():
+                    if ts >= ts_ms:
+                        return max(first, self.start_offset)
             return self.end_offset

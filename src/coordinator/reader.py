@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+import numpy as np
 import pyarrow as pa
 
 from coordinator.errors import InvalidOptionError
@@ -44,16 +45,29 @@ def output_schema(topic_schema: pa.Schema) -> pa.Schema:
     return pa.schema(list(topic_schema) + list(METADATA_FIELDS))
 
 
+def _slice_timestamps(sl: SegmentSlice) -> pa.Array:
+    """Commit time of each row of a slice (a compacted segment holds several transactions' runs)."""
+    seg = sl.segment
+    lo, hi = sl.first_offset, sl.first_offset + sl.rows
+    runs = seg.run_list()
+    bounds = [r[0] for r in runs[1:]] + [seg.end_offset]
+    counts = [max(0, min(hi, end) - max(lo, start)) for (start, _ts, _s), end in zip(runs, bounds, strict=True)]
+    micros = np.repeat(np.array([r[1] * 1000 for r in runs], dtype=np.int64), counts)
+    return pa.array(micros, TIMESTAMP_TYPE)
+
+
 def _with_metadata(
-    table: pa.Table, schema: pa.Schema, topic: str, partition: int, first_offset: int | None, ts_ms: int | None
+    table: pa.Table, schema: pa.Schema, topic: str, partition: int, first_offset: int | None,
+    ts: pa.Array | None,
 ) -> pa.Table:
     n = table.num_rows
     cols = [table.column(f.name) for f in schema if f.name not in METADATA_NAMES]
     offsets = pa.nulls(n, pa.int64()) if first_offset is None else pa.array(
-        range(first_offset, first_offset + n), pa.int64()
+        np.arange(first_offset, first_offset + n, dtype=np.int64), pa.int64()
     )
-    ts = pa.nulls(n, TIMESTAMP_TYPE) if ts_ms is None else pa.array([ts_ms * 1000] * n, TIMESTAMP_TYPE)
-    meta = [pa.array([topic] * n, pa.string()), pa.array([partition] * n, pa.int32()), offsets, ts]
+    if ts is None:
+        ts = pa.nulls(n, TIMESTAMP_TYPE)
+    meta = [pa.repeat(pa.scalar(topic, pa.string()), n), pa.repeat(pa.scalar(partition, pa.int32()), n), offsets, ts]
     return pa.Table.from_arrays(cols + meta, schema=schema)
 
 
@@ -79,7 +93,8 @@ def read_slices(
         table = read_segment(store, seg.path, size=seg.size if verify else None,
                              crc32=seg.crc32 if verify else None)
         table = table.slice(sl.skip, sl.rows)
-        full = _with_metadata(table, _full_schema(schema, table), topic, partition, sl.first_offset, seg.ts)
+        full = _with_metadata(table, _full_schema(schema, table), topic, partition, sl.first_offset,
+                              _slice_timestamps(sl))
         yield from full.select(out_schema.names).cast(out_schema).to_batches()
 
 

@@ -272,3 +272,82 @@ def decode_json(data: bytes, where: str, what: str) -> dict[str, Any]:
 
 def encode_json(d: dict[str, Any]) -> bytes:
     return json.dumps(d, separators=(",", ":"), sort_keys=True).encode()
+
+
+@dataclass(frozen=True)
+class ReplaceRecord:
+    """A compaction record in a partition's marker log: the live segments holding offsets
+    ``[base_offset, end_offset)`` are replaced by one merged segment, offsets unchanged.
+
+    ``runs`` gives, for each transaction merged in, ``(first offset, commit ts, commit_seq)`` so readers keep each
+    record's commit time and snapshots can still cut between transactions.
+    """
+
+    idx: int
+    base_offset: int
+    end_offset: int
+    replaces: tuple[str, ...]
+    segment: MarkerSegment
+    runs: tuple[tuple[int, int, int], ...]
+    ts: int
+
+    def to_bytes(self) -> bytes:
+        return encode_json(
+            {
+                "v": FORMAT_VERSION,
+                "type": "REPLACE",
+                "idx": self.idx,
+                "base_offset": self.base_offset,
+                "end_offset": self.end_offset,
+                "replaces": list(self.replaces),
+                "segment": self.segment.to_json(),
+                "runs": [list(r) for r in self.runs],
+                "ts": self.ts,
+            }
+        )
+
+
+@dataclass(frozen=True)
+class RetainRecord:
+    """A retention record in a partition's marker log: the log start offset moves to ``start_offset``; records
+    below it are no longer readable and their segments become garbage after the grace period."""
+
+    idx: int
+    start_offset: int
+    ts: int
+
+    def to_bytes(self) -> bytes:
+        return encode_json(
+            {"v": FORMAT_VERSION, "type": "RETAIN", "idx": self.idx, "start_offset": self.start_offset, "ts": self.ts}
+        )
+
+
+PartitionRecord = Marker | ReplaceRecord | RetainRecord
+
+
+def decode_partition_record(data: bytes, where: str) -> PartitionRecord:
+    """Decode any record of a partition's marker log.
+
+    Raises:
+        CorruptLogError: naming ``where`` when the bytes are not a valid record.
+    """
+    d = decode_json(data, where, "partition log record")
+    kind = d.get("type", "COMMIT")
+    try:
+        if kind == "COMMIT":
+            return Marker.from_json(d)
+        if kind == "REPLACE":
+            return ReplaceRecord(
+                idx=int(d["idx"]),
+                base_offset=int(d["base_offset"]),
+                end_offset=int(d["end_offset"]),
+                replaces=tuple(str(p) for p in d["replaces"]),
+                segment=MarkerSegment.from_json(d["segment"]),
+                runs=tuple((int(a), int(b), int(c)) for a, b, c in d["runs"]),
+                ts=int(d["ts"]),
+            )
+        if kind == "RETAIN":
+            return RetainRecord(idx=int(d["idx"]), start_offset=int(d["start_offset"]), ts=int(d["ts"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptLogError(f"partition log record {where} is corrupt: {exc}") from exc
+    raise CorruptLogError(f"partition log record {where} has unknown type {kind!r}")

@@ -1,0 +1,155 @@
+"""Compaction, retention and GC keep offsets, commit times and snapshots unchanged, and run safely beside writers
+and readers."""
+
+from __future__ import annotations
+
+import threading
+
+import pyarrow as pa
+import pytest
+from core_helpers import Backend, backend, committed_ids, make_topic, rows  # noqa: F401
+
+from coordinator import OffsetOutOfRangeError, Producer, TransactionCoordinator, faults, read_snapshot
+from coordinator.maintenance import apply_retention, compact_partition, gc_partition, maintain
+from coordinator.topics import create_topic
+from core_helpers import SCHEMA
+
+
+def commit_small(backend: Backend, n: int, tid: str = "w", start: int = 0, partitions: int | None = None) -> None:
+    p = Producer(backend.open(), tid)
+    p.init_transactions()
+    for i in range(start, start + n):
+        with p.transaction():
+            p.send("t", rows([i], f"c{i}"), partition=None if partitions is None else i % partitions)
+
+
+def full_read(backend: Backend) -> pa.Table:
+    return read_snapshot(backend.open(), ["t"])["t"].sort_by([("_partition", "ascending"), ("_offset", "ascending")])
+
+
+def test_compaction_keeps_offsets_commit_times_and_snapshots(backend: Backend) -> None:
+    make_topic(backend.open(), partitions=2)
+    commit_small(backend, 40)
+    coord = backend.coordinator()
+    snap = coord.snapshot(["t"])
+    commit_small(backend, 10, tid="later", start=100)
+    before = full_read(backend)
+    before_cut = read_snapshot(backend.open(), ["t"], snapshot=snap)["t"]
+    report = compact_partition(coord, "t", 0)
+    compact_partition(coord, "t", 1)
+    assert report.merged_groups == 1 and report.segments_after == 1 < report.segments_before
+    after = full_read(backend)
+    assert after.equals(before)  # every column, _offset and per-record _timestamp included
+    fresh = backend.coordinator()
+    assert read_snapshot(backend.open(), ["t"], snapshot=snap, coordinator=fresh)["t"].sort_by(
+        [("_partition", "ascending"), ("_offset", "ascending")]
+    ).equals(before_cut.sort_by([("_partition", "ascending"), ("_offset", "ascending")]))
+    assert len(set(after.column("_timestamp").to_pylist())) > 1
+
+
+def test_compaction_racing_a_commit_retries_and_loses_nothing(backend: Backend) -> None:
+    make_topic(backend.open(), partitions=1)
+    commit_small(backend, 20)
+    racer = Producer(backend.open(), "racer")
+    racer.init_transactions()
+    fired = {"n": 0}
+
+    def commit_in_between(name: str) -> None:
+        if name == "compaction.before" and fired["n"] == 0:
+            fired["n"] += 1
+            with faults.injected(lambda _n: None), racer.transaction():
+                racer.send("t", rows([999], "race"))
+
+    coord = backend.coordinator()
+    with faults.injected(commit_in_between):
+        report = compact_partition(coord, "t", 0)
+    assert fired["n"] == 1 and report.merged_groups == 1
+    assert committed_ids(backend) == list(range(20)) + [999]
+
+
+def test_compaction_beside_concurrent_writers_and_readers(backend: Backend) -> None:
+    make_topic(backend.open(), partitions=2)
+    commit_small(backend, 10)
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            commit_small(backend, 30, tid="bg", start=1000)
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    coord = backend.coordinator()
+    for _ in range(5):
+        for p in range(2):
+            compact_partition(coord, "t", p, target_bytes=10_000_000)
+        committed_ids(backend)  # readers keep working (and check dense offsets)
+    t.join()
+    assert not errors
+    assert committed_ids(backend) == list(range(10)) + list(range(1000, 1030))
+
+
+def test_retention_by_size_and_time_moves_the_log_start(backend: Backend) -> None:
+    store = backend.open()
+    make_topic(store, partitions=1)
+    commit_small(backend, 10)
+    coord = backend.coordinator()
+    plog = coord.partition("t", 0)
+    plog.refresh()
+    seg_size = plog.segments[0].size
+    apply_retention(coord, "t", 0, retention_bytes=seg_size * 4)
+    assert plog.start_offset == 6 and plog.end_offset == 10
+    assert committed_ids(backend) == [6, 7, 8, 9]
+    with pytest.raises(OffsetOutOfRangeError, match=r"\[0, 3\).*outside \[6, 10\)"):
+        backend.coordinator().partition("t", 0).slices(0, 3)
+    last_ts = plog.segments[-1].ts
+    apply_retention(coord, "t", 0, retention_ms=1000, now=last_ts + 500)
+    assert plog.start_offset == 6
+    apply_retention(coord, "t", 0, retention_ms=1000, now=last_ts + 5000)
+    assert plog.start_offset == 10 and committed_ids(backend) == []
+    commit_small(backend, 2, start=50)
+    assert committed_ids(backend) == [50, 51]
+    assert backend.coordinator().partition("t", 0).start_offset == 10
+
+
+def test_gc_deletes_only_unreferenced_files_past_the_grace_period(backend: Backend) -> None:
+    store = backend.open()
+    make_topic(store, partitions=1)
+    commit_small(backend, 6)
+    aborted = Producer(backend.open(), "ab")
+    aborted.init_transactions()
+    aborted.begin_transaction()
+    aborted.send("t", rows([500], "aborted"))
+    aborted.flush()
+    aborted.abort_transaction()
+    ongoing = Producer(backend.open(), "on")
+    ongoing.init_transactions()
+    ongoing.begin_transaction()
+    ongoing.send("t", rows([600], "ongoing"))
+    ongoing.flush()
+    coord = backend.coordinator()
+    compact_partition(coord, "t", 0)
+    now = max(i.mtime for i in store.list_info("topics")) * 1000 + 10
+    # Inside the grace period nothing goes.
+    assert gc_partition(coord, "t", 0, grace_ms=60_000, now=int(now)).deleted_files == []
+    report = gc_partition(coord, "t", 0, grace_ms=0, now=int(now) + 1)
+    deleted = set(report.deleted_files)
+    assert len(deleted) == 7  # six replaced segments and the aborted one
+    assert not any(p.rsplit("/", 1)[1].startswith("compacted-") for p in deleted)
+    assert committed_ids(backend) == list(range(6))
+    ongoing.commit_transaction()  # its staged file survived GC
+    assert committed_ids(backend) == list(range(6)) + [600]
+
+
+def test_maintenance_pass_and_checkpoint_make_opening_cheap(backend: Backend) -> None:
+    store = backend.open()
+    create_topic(store, "t", SCHEMA, 1, {"retention.bytes": str(10**9)})
+    commit_small(backend, 150)
+    coord = TransactionCoordinator(backend.open(), checkpoint_interval=100)
+    maintain(coord, grace_ms=0, now=None)
+    fresh = backend.open()
+    plog = TransactionCoordinator(fresh).partition("t", 0)
+    assert len(plog.segments) == 1 and plog.end_offset == 150
+    assert fresh.counters.total() <= 12, fresh.counters.snapshot()
+    assert committed_ids(backend) == list(range(150))
