@@ -153,3 +153,21 @@ def test_maintenance_pass_and_checkpoint_make_opening_cheap(backend: Backend) ->
     assert len(plog.segments) == 1 and plog.end_offset == 150
     assert fresh.counters.total() <= 12, fresh.counters.snapshot()
     assert committed_ids(backend) == list(range(150))
+
+
+def test_consumer_below_the_log_start_fails_clearly_or_skips_when_asked(backend: Backend) -> None:
+    from coordinator import Consumer
+
+    make_topic(backend.open(), partitions=1)
+    commit_small(backend, 10)
+    strict = Consumer(backend.open())
+    strict.assign([("t", 0)])
+    lenient = Consumer(backend.open(), fail_on_data_loss=False)
+    lenient.assign([("t", 0)])
+    coord = backend.coordinator()
+    plog = coord.partition("t", 0)
+    plog.refresh()
+    apply_retention(coord, "t", 0, retention_bytes=plog.segments[0].size * 3)
+    with pytest.raises(OffsetOutOfRangeError, match="below the log start 7"):
+        strict.poll()
+    assert lenient.poll().column("id").to_pylist() == [7, 8, 9]

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 import pyarrow as pa
 
 from coordinator.coordinator import Snapshot, TransactionCoordinator
-from coordinator.errors import InvalidOptionError
+from coordinator.errors import InvalidOptionError, OffsetOutOfRangeError
 from coordinator.layout import check_name
 from coordinator.reader import (
     READ_UNCOMMITTED,
@@ -45,6 +45,7 @@ class Consumer:
         isolation_level: str = "read_committed",
         auto_offset_reset: str = "earliest",
         max_poll_records: int = 100_000,
+        fail_on_data_loss: bool = True,
         options: Mapping[str, str] | StoreOptions | None = None,
         coordinator: TransactionCoordinator | None = None,
     ) -> None:
@@ -57,6 +58,7 @@ class Consumer:
         if not isinstance(max_poll_records, int) or max_poll_records <= 0:
             raise InvalidOptionError(f"max_poll_records must be a positive integer, got {max_poll_records!r}")
         self.auto_offset_reset = auto_offset_reset
+        self.fail_on_data_loss = fail_on_data_loss
         self.max_poll_records = max_poll_records
         self._positions: dict[TopicPartition, int] = {}
         self._schemas: dict[str, pa.Schema] = {}
@@ -154,6 +156,13 @@ class Consumer:
                 break
             topic, p = tp
             pos = self._positions[tp]
+            if pos < snap.starts[topic][p]:
+                if self.fail_on_data_loss:
+                    raise OffsetOutOfRangeError(
+                        f"position {pos} of {topic}/{p} is below the log start {snap.starts[topic][p]} (retention "
+                        "removed those records); seek, or pass fail_on_data_loss=False to skip ahead"
+                    )
+                pos = snap.starts[topic][p]
             end = min(snap.ends[topic][p], pos + left)
             if end > pos:
                 plog = self.coordinator.partition(topic, p)
