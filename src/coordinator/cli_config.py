@@ -22,17 +22,20 @@ from coordinator.errors import InvalidOptionError
 from coordinator.partition import DEFAULT_CHECKPOINT_INTERVAL
 from coordinator.producer import DEFAULT_SEGMENT_BYTES
 from coordinator.segments import FORMATS
-from coordinator.store import Store, StoreOptions, open_store
+from coordinator.store import Store, StoreOptions, open_store, probe_conditional_writes
 
 ENV_STORE = "TXNLOG_STORE"
 ENV_CONFIG = "TXNLOG_CONFIG"
-DEFAULT_RETRY_ATTEMPTS = 5
+#: The S3 backend's own defaults (``S3Store(max_attempts=..., time_budget=...)``); local stores do not retry.
+DEFAULT_RETRY_ATTEMPTS = 8
+DEFAULT_RETRY_TIME_BUDGET_S = 60.0
 DEFAULT_SWEEP_INTERVAL_S = 10.0
 
 #: (section, key) in a config file -> Settings attribute.
 CONFIG_KEYS: dict[tuple[str, str], str] = {
     ("store", "url"): "store_url",
     ("store", "retry_attempts"): "retry_attempts",
+    ("store", "retry_time_budget_s"): "retry_time_budget_s",
     ("s3", "endpoint"): "s3_endpoint",
     ("s3", "region"): "s3_region",
     ("transactions", "timeout_ms"): "transaction_timeout_ms",
@@ -52,6 +55,7 @@ class Settings:
 
     store_url: str | None = None
     retry_attempts: int = DEFAULT_RETRY_ATTEMPTS
+    retry_time_budget_s: float = DEFAULT_RETRY_TIME_BUDGET_S
     s3_endpoint: str | None = None
     s3_region: str | None = None
     s3_key: str | None = field(default=None, repr=False)
@@ -79,7 +83,17 @@ class Settings:
         """
         if not self.store_url:
             raise InvalidOptionError(f"no store given: use --store URL, {ENV_STORE}, or [store] url in --config")
-        return open_store(self.store_url, self.store_options(), probe=write)
+        url = self.store_url.strip()
+        if url.startswith(("s3://", "s3a://")):
+            # open_store takes no retry budget, so the S3 backend is built here with the configured one.
+            from coordinator.s3store import S3Store
+
+            store: Store = S3Store(url, self.store_options(), max_attempts=self.retry_attempts,
+                                   time_budget=self.retry_time_budget_s)
+            if write:
+                probe_conditional_writes(store)
+            return store
+        return open_store(url, self.store_options(), probe=write)
 
     def coordinator(self, store: Store) -> TransactionCoordinator:
         """A coordinator on ``store`` using these settings' timeouts and checkpoint interval."""
@@ -143,16 +157,18 @@ def _check(settings: Settings) -> Settings:
     for name in ("retry_attempts", "transaction_timeout_ms", "transactional_id_expiration_ms",
                  "segment_target_bytes", "checkpoint_interval"):
         positive_int(name)
-    v = settings.sweep_interval_s
-    if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:
-        raise InvalidOptionError(f"setting sweep_interval_s must be a positive number of seconds, got {v!r}")
+    for name in ("sweep_interval_s", "retry_time_budget_s"):
+        v = getattr(settings, name)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:
+            raise InvalidOptionError(f"setting {name} must be a positive number of seconds, got {v!r}")
     if settings.segment_format not in FORMATS:
         raise InvalidOptionError(f"setting segment_format {settings.segment_format!r} is not one of {FORMATS}")
     for name in ("store_url", "s3_endpoint", "s3_region"):
         val = getattr(settings, name)
         if val is not None and not isinstance(val, str):
             raise InvalidOptionError(f"setting {name} must be a string, got {val!r}")
-    return replace(settings, sweep_interval_s=float(v))
+    return replace(settings, sweep_interval_s=float(settings.sweep_interval_s),
+                   retry_time_budget_s=float(settings.retry_time_budget_s))
 
 
 def load_settings(
