@@ -1,0 +1,57 @@
+"""txnsource: the Spark reader of txnlog topics, batch (``spark.read``) and streaming (``spark.readStream``).
+
+Entry points for :class:`pyspark_txnlog.DefaultSource`:
+
+* :func:`read_schema`: the read schema (topic columns, united by name across topics, then ``_topic``,
+  ``_partition``, ``_offset``, ``_timestamp``);
+* :func:`make_reader`: the batch reader (one transaction-consistent snapshot per read, segment-range planning,
+  filter pushdown on the metadata columns);
+* :func:`make_stream_reader`: the micro-batch reader (``maxRecordsPerTrigger``, ``Trigger.AvailableNow``,
+  consumer-group progress).
+
+Options are described in :mod:`txnsource.options`. This package imports :mod:`coordinator`, never ``txnsink``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from txnsource.batch import TxnLogBatchReader, TxnLogPushdownReader, make_batch_reader
+from txnsource.options import ReadOptions, parse_options
+from txnsource.stream import TxnLogStreamReader, make_stream_reader
+
+if TYPE_CHECKING:
+    from pyspark.sql.datasource import DataSourceReader
+    from pyspark.sql.types import StructType
+
+__all__ = [
+    "ReadOptions", "TxnLogBatchReader", "TxnLogPushdownReader", "TxnLogStreamReader", "make_reader",
+    "make_stream_reader", "parse_options", "read_schema",
+]
+
+
+def read_schema(options: Mapping[str, str]) -> StructType:
+    """The Spark schema of a read of the topics ``options`` name.
+
+    Raises:
+        InvalidOptionError: a bad option.
+        TopicNotFoundError: a topic does not exist.
+        SchemaMismatchError: two topics type one column differently, or a column has no Spark type.
+    """
+    from coordinator.store import open_store
+    from coordinator.topics import get_topic
+    from txnsource.schema import to_spark_schema, union_schema
+
+    opts = parse_options(options, streaming=None)
+    store = open_store(opts.path, opts.store, probe=False)
+    return to_spark_schema(union_schema([get_topic(store, t) for t in opts.topics]))
+
+
+def make_reader(options: Mapping[str, str], schema: StructType) -> DataSourceReader:
+    """The batch reader (see :mod:`txnsource.batch`).
+
+    Raises:
+        InvalidOptionError: a bad option.
+    """
+    return make_batch_reader(options, schema)

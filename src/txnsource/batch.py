@@ -1,0 +1,113 @@
+"""The batch reader: ``spark.read.format("txnlog")``.
+
+Planning (on the driver's planner worker) takes one transaction-consistent snapshot of every topic the read
+names, resolves ``startingOffsets`` / ``endingOffsets`` against it, and pins the result as absolute offset ranges
+in the input partitions, so every task, and every re-execution of a task, reads the same rows. ``read()`` runs on
+the executors and only reads the segment files the partition names.
+
+Filter pushdown: Spark (4.1+) only calls ``pushFilters`` when ``spark.sql.python.filterPushdown.enabled`` is true,
+and refuses a reader that implements ``pushFilters`` when it is false. :func:`make_batch_reader` therefore hands
+out the pushdown-capable :class:`TxnLogPushdownReader` only inside Spark's filter-pushdown planner worker, and the
+plain :class:`TxnLogBatchReader` everywhere else; results are the same either way.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+from coordinator.reader import READ_UNCOMMITTED
+from txnsource.options import ReadOptions, parse_options
+from txnsource.pushdown import Pushdown, push_filters
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+
+PUSHDOWN_WORKER = "pyspark.sql.worker.data_source_pushdown_filters"
+
+
+class TxnLogBatchReader(DataSourceReader):
+    """Reads committed (or, with ``read_uncommitted``, also staged) records of one snapshot.
+
+    Picklable; holds options and pushed filters only (credentials hidden from ``repr``).
+    """
+
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+        self.pushed = Pushdown()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(path={self.options.path!r}, topics={self.options.topics!r})"
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """Take the snapshot and plan it into input partitions.
+
+        Raises:
+            TopicNotFoundError: a topic does not exist.
+            InvalidOptionError: an offset option does not fit the topics' partitions or offsets.
+        """
+        from coordinator.coordinator import TransactionCoordinator
+        from coordinator.store import open_store
+        from coordinator.topics import get_topic
+        from txnsource.offsets import batch_ranges
+        from txnsource.planning import plan_partitions, staged_paths
+
+        opts = self.options
+        store = open_store(opts.path, opts.store)
+        coord = TransactionCoordinator(store)
+        metas = {t: get_topic(store, t) for t in opts.topics}
+        snap = coord.snapshot(opts.topics)
+        ranges = batch_ranges(opts.starting, opts.ending, snap, opts.topics)
+        staged = None
+        if opts.isolation == READ_UNCOMMITTED:
+            staged = {(t, p): staged_paths(store, coord, t, p, snap.seq) for t, p in ranges}
+        return plan_partitions(coord, metas, ranges, self.pushed, target_bytes=opts.max_partition_bytes,
+                               min_partitions=opts.min_partitions, staged=staged)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Yield the partition's records as Arrow batches of exactly the read schema.
+
+        Raises:
+            CorruptLogError: a committed segment is missing or damaged.
+        """
+        from coordinator.store import open_store
+        from txnsource.planning import TxnInputPartition, read_partition
+        from txnsource.schema import spark_arrow_schema
+
+        if not isinstance(partition, TxnInputPartition):
+            return iter(())  # Spark's placeholder when a read plans no partitions
+        store = open_store(self.options.path, self.options.store, probe=False)
+        return read_partition(store, partition, spark_arrow_schema(self.schema))
+
+
+class TxnLogPushdownReader(TxnLogBatchReader):
+    """:class:`TxnLogBatchReader` with filter pushdown on the metadata columns (see :mod:`txnsource.pushdown`)."""
+
+    def pushFilters(self, filters: list[Any]) -> Iterable[Any]:  # noqa: N802 - Spark's name
+        """Keep the filters :func:`txnsource.pushdown.push_filters` can apply exactly; return the rest."""
+        self.pushed, rest = push_filters(filters)
+        return rest
+
+
+def _in_pushdown_worker() -> bool:
+    if PUSHDOWN_WORKER in sys.modules:
+        return True
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    return getattr(spec, "name", None) == PUSHDOWN_WORKER
+
+
+def make_batch_reader(options: Mapping[str, str], schema: StructType) -> DataSourceReader:
+    """The batch reader for Spark's ``options`` and ``schema``.
+
+    Raises:
+        InvalidOptionError: a bad option (see :mod:`txnsource.options`).
+    """
+    opts = parse_options(options, streaming=False)
+    cls = TxnLogPushdownReader if _in_pushdown_worker() else TxnLogBatchReader
+    return cls(opts, schema)

@@ -1,0 +1,189 @@
+"""Planning reads into Spark input partitions, and reading one input partition.
+
+A read is planned from offset ranges ``[start, end)`` per topic partition, all taken from one
+transaction-consistent :class:`coordinator.Snapshot`. Each range becomes segment slices
+(:meth:`coordinator.PartitionLog.slices`), and a partition's slices are grouped, in offset order, into
+:class:`TxnInputPartition`\\ s of about ``target_bytes`` each, so one big topic partition is read by several tasks.
+An input partition carries plain data only (paths, offsets, sizes, checksums, the topic's Arrow schema as bytes):
+reading it never consults the logs again, so the same partition always yields the same rows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pyspark.sql.datasource import InputPartition
+
+from txnsource.pushdown import Intervals, Pushdown
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from coordinator.coordinator import TransactionCoordinator
+    from coordinator.partition import SegmentSlice
+    from coordinator.store import Store
+    from coordinator.topics import TopicMeta
+
+#: (path, base_offset, rows, size, crc32, ts, commit_seq, txn, skip, slice_rows): one segment slice, plainly.
+SliceSpec = tuple[str, int, int, int, int, int, int, str, int, int]
+
+
+@dataclass(frozen=True)
+class TxnInputPartition(InputPartition):
+    """One Spark task's share of a read: slices of one topic partition, and/or its staged (uncommitted) files.
+
+    Attributes:
+        topic, partition: where the records live.
+        schema_ipc: the topic's Arrow schema, IPC-serialised.
+        slices: committed segment slices, in offset order.
+        staged: paths of staged files read as uncommitted records (``read_uncommitted`` only).
+        offsets: when set, only rows whose offset lies in these intervals are kept (pushed ``_offset IN``).
+    """
+
+    topic: str
+    partition: int
+    schema_ipc: bytes
+    slices: tuple[SliceSpec, ...] = ()
+    staged: tuple[str, ...] = ()
+    offsets: Intervals | None = None
+
+    def __repr__(self) -> str:
+        return (f"TxnInputPartition({self.topic}/{self.partition}, slices={len(self.slices)}, "
+                f"staged={len(self.staged)})")
+
+
+def _spec(sl: SegmentSlice) -> SliceSpec:
+    s = sl.segment
+    return (s.path, s.base_offset, s.rows, s.size, s.crc32, s.ts, s.commit_seq, s.txn, sl.skip, sl.rows)
+
+
+def _est_bytes(spec: SliceSpec) -> float:
+    rows, size, n = spec[2], spec[3], spec[9]
+    return size * n / rows if rows else 0.0
+
+
+def plan_partitions(
+    coord: TransactionCoordinator,
+    metas: Mapping[str, TopicMeta],
+    ranges: Mapping[tuple[str, int], tuple[int, int]],
+    push: Pushdown,
+    *,
+    target_bytes: int,
+    min_partitions: int | None = None,
+    staged: Mapping[tuple[str, int], Sequence[str]] | None = None,
+) -> list[TxnInputPartition]:
+    """Input partitions for the offset ranges (and staged files) given, after pushdown.
+
+    Raises:
+        OffsetOutOfRangeError: a range lies outside its partition's log (a caller bug: ranges come from a
+            snapshot).
+    """
+    plans: dict[tuple[str, int], list[SliceSpec]] = {}
+    for (topic, p), (start, end) in sorted(ranges.items()):
+        if not (push.allows_topic(topic) and push.allows_partition(p)) or end <= start:
+            continue
+        plog = coord.partition(topic, p)
+        if plog.end_offset < end:
+            plog.refresh()
+        wanted = push.offset_ranges(start, end)
+        if not wanted:
+            continue
+        # one covering slice per segment: a segment is read once even when IN picks several offsets from it
+        lo, hi = wanted[0][0], wanted[-1][1]
+        specs = [_spec(sl) for sl in plog.slices(lo, hi) if push.allows_timestamp_ms(sl.segment.ts)]
+        if len(wanted) > 1:
+            specs = [s for s in specs if _touches(s, wanted)]
+        if specs:
+            plans[(topic, p)] = specs
+    total = sum(_est_bytes(s) for specs in plans.values() for s in specs)
+    target = float(target_bytes)
+    if min_partitions:
+        target = min(target, max(1.0, math.ceil(total / min_partitions)))
+    schemas = {t: m.schema.serialize().to_pybytes() for t, m in metas.items()}
+    out: list[TxnInputPartition] = []
+    for (topic, p), specs in plans.items():
+        offsets = push.offset_ranges(specs[0][1] + specs[0][8], specs[-1][1] + specs[-1][8] + specs[-1][9])
+        keep = offsets if len(offsets) > 1 else None
+        group: list[SliceSpec] = []
+        size = 0.0
+        for s in specs:
+            if group and size + _est_bytes(s) > target:
+                out.append(TxnInputPartition(topic, p, schemas[topic], tuple(group), (), keep))
+                group, size = [], 0.0
+            group.append(s)
+            size += _est_bytes(s)
+        out.append(TxnInputPartition(topic, p, schemas[topic], tuple(group), (), keep))
+    if staged and not push.excludes_uncommitted:
+        for (topic, p), paths in sorted(staged.items()):
+            if paths and push.allows_topic(topic) and push.allows_partition(p):
+                out.append(TxnInputPartition(topic, p, schemas[topic], (), tuple(paths), None))
+    return out
+
+
+def _touches(spec: SliceSpec, ivs: Intervals) -> bool:
+    first = spec[1] + spec[8]
+    last = first + spec[9]
+    return any(lo < last and first < hi for lo, hi in ivs)
+
+
+def staged_paths(store: Store, coord: TransactionCoordinator, topic: str, partition: int, seq: int) -> list[str]:
+    """Staged files of a partition that no transaction committed at or before log entry ``seq`` published."""
+    from coordinator.layout import data_dir
+
+    plog = coord.partition(topic, partition)
+    published = {s.path for s in plog.segments if s.commit_seq <= seq}
+    ddir = data_dir(topic, partition)
+    return [f"{ddir}/{n}" for n in store.list(ddir) if f"{ddir}/{n}" not in published]
+
+
+def read_partition(store: Store, part: TxnInputPartition, target: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The records of one input partition as batches of exactly ``target`` (the Arrow form of Spark's schema).
+
+    Raises:
+        CorruptLogError: a committed segment is missing, truncated or fails its checksum.
+        SchemaMismatchError: the data cannot be shaped to ``target``.
+    """
+    import pyarrow as pa
+
+    from coordinator.partition import IndexedSegment, SegmentSlice
+    from coordinator.reader import output_schema, read_slices
+    from txnsource.pushdown import offset_mask
+    from txnsource.schema import conform_batch
+
+    schema = output_schema(pa.ipc.read_schema(pa.py_buffer(part.schema_ipc)))
+    slices = [SegmentSlice(IndexedSegment(*s[:8]), s[8], s[9]) for s in part.slices]
+    for batch in read_slices(store, part.topic, part.partition, slices, schema):
+        if part.offsets is not None:
+            batch = batch.filter(pa.array(offset_mask(batch.column("_offset").to_numpy(), part.offsets)))
+        if batch.num_rows:
+            yield conform_batch(batch, target)
+    for path in part.staged:
+        batch_iter = _read_staged(store, part.topic, part.partition, path, schema)
+        for batch in batch_iter:
+            yield conform_batch(batch, target)
+
+
+def _read_staged(store: Store, topic: str, partition: int, path: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Records of one staged file with a null ``_offset`` and ``_timestamp``; a file gone (GC) or unreadable
+    (still being written by a crashed task) is skipped, as uncommitted data carries no promise."""
+    import pyarrow as pa
+
+    from coordinator.errors import CorruptLogError
+    from coordinator.reader import TIMESTAMP_TYPE
+    from coordinator.segments import read_segment
+
+    try:
+        table = read_segment(store, path)
+    except CorruptLogError:
+        return
+    n = table.num_rows
+    cols = {f.name: table.column(f.name) for f in table.schema}
+    cols["_topic"] = pa.chunked_array([pa.array([topic] * n, pa.string())])
+    cols["_partition"] = pa.chunked_array([pa.array([partition] * n, pa.int32())])
+    cols["_offset"] = pa.chunked_array([pa.nulls(n, pa.int64())])
+    cols["_timestamp"] = pa.chunked_array([pa.nulls(n, TIMESTAMP_TYPE)])
+    names = [f.name for f in schema if f.name in cols]
+    yield from pa.table({c: cols[c] for c in names}).to_batches()
