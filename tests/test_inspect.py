@@ -4,6 +4,7 @@ left by a crash, and a hung ongoing transaction. ``build_lake`` is shared with `
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from coordinator import (
 )
 from coordinator import inspect as ti
 from coordinator.faults import InjectedCrash
-from coordinator.layout import marker_path, txn_log_path
+from coordinator.layout import marker_dir, marker_path, txn_log_path
 from coordinator.records import TxnState
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
@@ -229,3 +230,31 @@ def test_verify_finds_corrupt_marker_log_entry_topic_meta_and_gaps(lake: Lake) -
     assert (txn_log_path(2), "corrupt") in problems
     store.put(meta, good_meta[:10])
     assert (meta, "corrupt") in {(p.path, p.kind) for p in ti.verify(store)}
+
+
+def test_verify_follows_compaction_retention_and_gc(lake: Lake) -> None:
+    from coordinator.maintenance import apply_retention, compact_partition, gc_partition
+
+    store = lake.open()
+    etl = Producer(store, "etl")
+    etl.init_transactions()
+    for i in range(3):
+        with etl.transaction():
+            etl.send(TOPIC, [{"id": 100 + i, "name": "more"}], partition=0)
+    coord = TransactionCoordinator(store)
+    before = [s.path for s in coord.partition(TOPIC, 0).segments]
+    compact_partition(coord, TOPIC, 0)
+    with etl.transaction():
+        etl.send(TOPIC, [{"id": 200, "name": "after"}], partition=0)
+    newest = TransactionCoordinator(store).partition(TOPIC, 0).segments[-1]
+    apply_retention(coord, TOPIC, 0, retention_bytes=newest.size)
+    gc_partition(coord, TOPIC, 0, grace_ms=0, now=ti.now_ms() + 1000)
+    plog = TransactionCoordinator(store).partition(TOPIC, 0)
+    assert [s.path for s in plog.segments] == [newest.path] and plog.start_offset > 0
+    kinds = [json.loads(store.get(f"{marker_dir(TOPIC, 0)}/{n}"))["type"] for n in store.list(marker_dir(TOPIC, 0))]
+    assert "REPLACE" in kinds and "RETAIN" in kinds
+    assert not any(store.exists(p) for p in before if p not in {s.path for s in plog.segments})
+    assert ti.verify(store) == []
+    live = plog.segments[-1].path
+    store.put(live, store.get(live)[:-3])
+    assert [(p.path, p.kind) for p in ti.verify(store)] == [(live, "truncated")]

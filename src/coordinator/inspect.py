@@ -37,9 +37,9 @@ from coordinator.layout import (
     topic_dir,
     topic_meta_dir,
 )
-from coordinator.partition import PartitionLog
+from coordinator.partition import IndexedSegment, PartitionLog
 from coordinator.reader import output_schema, read_slices, uncommitted_paths
-from coordinator.records import Marker, TxnEntry, TxnState, decode_json
+from coordinator.records import Marker, ReplaceRecord, TxnEntry, TxnState, decode_json, decode_partition_record
 from coordinator.segments import decode_segment
 from coordinator.store import Store
 from coordinator.topics import TopicMeta, get_topic, list_topics
@@ -141,7 +141,7 @@ def topics(store: Store, *, coordinator: TransactionCoordinator | None = None) -
 
 
 def transactions(
-    store: Store, *, recent: int = 20, scan: int = 1000, now: int | None = None,
+    store: Store, *, recent: int = 20, scan: int = 200, now: int | None = None,
     coordinator: TransactionCoordinator | None = None,
 ) -> dict[str, Any]:
     """The coordinator's view of transactions.
@@ -223,7 +223,7 @@ def recent_transactions(store: Store, *, limit: int = 20, scan: int = 1000, last
     return out
 
 
-def find_transaction(store: Store, txn: str, *, scan: int = 10_000,
+def find_transaction(store: Store, txn: str, *, scan: int = 1000,
                      coordinator: TransactionCoordinator | None = None) -> dict[str, Any] | None:
     """Where transaction ``txn`` stands: ``{"txn", "tid", "state", "status"}`` with status ``in_doubt_commit``,
     ``in_doubt_abort``, ``ongoing``, ``committed`` or ``aborted``; None if neither the coordinator state nor the
@@ -304,7 +304,8 @@ class Problem:
     """One integrity problem: the file (store-relative path), a kind and a message naming what is wrong.
 
     Kinds: ``missing``, ``truncated`` (size differs), ``checksum``, ``undecodable``, ``corrupt`` (a log entry,
-    marker or topic definition that does not decode or does not fit its place), ``gap`` (a numbered log skips)."""
+    partition log record or topic definition that does not decode or does not fit its place), ``gap`` (a
+    numbered log skips)."""
 
     path: str
     kind: str
@@ -334,9 +335,10 @@ def _numbered(store: Store, folder: str) -> list[int]:
 def verify(store: Store, *, progress: ProgressFn | None = None,
            total: Callable[[int], None] | None = None) -> list[Problem]:
     """Check the store's integrity without changing it: the transaction log is dense and every entry decodes;
-    every topic definition decodes; every partition's markers are dense, decode, sit at their number and chain
-    their offsets; every segment a marker names exists and has the size and CRC-32 the marker records, and
-    decodes. ``total`` is told how many segments will be read, ``progress`` is called once per segment.
+    every topic definition decodes; every partition's record log (commit markers, compaction and retention
+    records) is dense, decodes, sits at its number and chains its commit offsets; every live segment (named by a
+    marker or a compaction record and not since replaced or retired) exists, has the recorded size and CRC-32,
+    and decodes. ``total`` is told how many segments will be read, ``progress`` is called once per segment.
 
     Returns:
         the problems found, each naming its file; empty when the store is sound.
@@ -389,49 +391,61 @@ def _verify_topic_meta(store: Store, topic: str, problems: list[Problem]) -> Top
 
 def _verify_markers(store: Store, topic: str, p: int, problems: list[Problem],
                     segments: dict[str, tuple[int, int]]) -> None:
+    """Walk a partition's record log (COMMIT markers, compaction REPLACE and retention RETAIN records), reporting
+    structural problems, and add the segments a reader would read (the live set after replaying it) to
+    ``segments``."""
     mdir = marker_dir(topic, p)
     names = [n for n in store.list(mdir) if parse_seq(n) is not None]
     cdir = partition_checkpoint_dir(topic, p)
     ckpts = _numbered(store, cdir)
     problems += _dense(names, mdir, ckpts, f"marker log of {topic}/{p}")
+    live: dict[str, tuple[int, int, int, int]] = {}  # path -> (base, end, size, crc32)
     expected_base: int | None = 0
-    if names and parse_seq(names[0]) != 0:
+    first = parse_seq(names[0]) if names else None
+    if first:
         expected_base = None
-        first = parse_seq(names[0])
-        assert first is not None
         if first - 1 in ckpts:
             path = f"{cdir}/{seq_name(first - 1)}"
             try:
                 d = decode_json(store.get(path), path, "partition checkpoint")
                 expected_base = int(d["end_offset"])
-                for s in d["segments"]:
-                    segments[str(s["path"])] = (int(s["size"]), int(s["crc32"]))
+                for seg in (IndexedSegment.from_json(x) for x in d["segments"]):
+                    live[seg.path] = (seg.base_offset, seg.end_offset, seg.size, seg.crc32)
             except (CorruptLogError, KeyError, TypeError, ValueError, FileNotFoundError) as exc:
                 problems.append(Problem(path, "corrupt", f"partition checkpoint {path} is corrupt: {exc}"))
-    prev: int | None = None
     for n in names:
         path = f"{mdir}/{n}"
-        idx = parse_seq(n)
         try:
-            m = Marker.from_bytes(store.get(path), path)
+            rec = decode_partition_record(store.get(path), path)
         except CorruptLogError as exc:
             problems.append(Problem(path, "corrupt", str(exc)))
             expected_base = None
-            prev = idx
             continue
         except FileNotFoundError:
             continue
-        if m.idx != idx:
-            problems.append(Problem(path, "corrupt", f"commit marker {path} holds marker {m.idx}"))
-        if expected_base is not None and m.base_offset != expected_base and (prev is None or prev + 1 == idx):
-            problems.append(Problem(path, "corrupt", f"commit marker {path} starts at offset {m.base_offset}, "
-                                                     f"expected {expected_base}"))
-        if sum(s.rows for s in m.segments) != m.records:
-            problems.append(Problem(path, "corrupt", f"commit marker {path}: segment rows do not add up to "
-                                                     f"{m.records}"))
-        expected_base, prev = m.end_offset, idx
-        for s in m.segments:
-            segments[s.path] = (s.size, s.crc32)
+        if rec.idx != parse_seq(n):
+            problems.append(Problem(path, "corrupt", f"partition log record {path} holds record {rec.idx}"))
+        if isinstance(rec, Marker):
+            if expected_base is not None and rec.base_offset != expected_base:
+                problems.append(Problem(path, "corrupt", f"commit marker {path} starts at offset "
+                                                         f"{rec.base_offset}, expected {expected_base}"))
+            if sum(s.rows for s in rec.segments) != rec.records:
+                problems.append(Problem(path, "corrupt", f"commit marker {path}: segment rows do not add up to "
+                                                         f"{rec.records}"))
+            off = rec.base_offset
+            for s in rec.segments:
+                if s.rows:
+                    live[s.path] = (off, off + s.rows, s.size, s.crc32)
+                off += s.rows
+            expected_base = rec.end_offset
+        elif isinstance(rec, ReplaceRecord):
+            for old in rec.replaces:
+                live.pop(old, None)
+            live[rec.segment.path] = (rec.base_offset, rec.end_offset, rec.segment.size, rec.segment.crc32)
+        else:
+            live = {k: v for k, v in live.items() if v[1] > rec.start_offset}
+    for path, (_b, _e, size, crc) in live.items():
+        segments[path] = (size, crc)
 
 
 def _verify_segment(store: Store, path: str, size: int, crc: int) -> list[Problem]:
