@@ -148,6 +148,8 @@ def test_transactions_reports_open_in_doubt_and_recent(lake: Lake) -> None:
     assert outcomes == [("etl", "aborted"), ("etl", "committed")]  # newest first
     assert d["recent"][1]["records"] == 10
     assert ti.recent_transactions(store, limit=1)[0]["outcome"] == "aborted"
+    assert ti.recent_transactions(store, limit=0) == [] and ti.log_tail(store, 0) == []
+    assert [e.seq for e in ti.log_tail(store, 2)] == [d["log_seq"] - 1, d["log_seq"]]
 
 
 def test_find_transaction_follows_the_durable_record(lake: Lake) -> None:

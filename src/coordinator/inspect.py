@@ -197,6 +197,8 @@ def log_tail(store: Store, scan: int, last_seq: int | None = None) -> list[TxnEn
     Raises:
         CorruptLogError: an entry cannot be decoded.
     """
+    if scan <= 0:
+        return []
     start_after = None if last_seq is None or last_seq - scan < 0 else seq_name(last_seq - scan)
     names = [n for n in store.list(TXN_LOG, start_after=start_after) if parse_seq(n) is not None][-scan:]
     return [TxnEntry.from_bytes(store.get(f"{TXN_LOG}/{n}"), f"{TXN_LOG}/{n}") for n in names]
@@ -206,6 +208,8 @@ def recent_transactions(store: Store, *, limit: int = 20, scan: int = 1000, last
                         now: int | None = None) -> list[dict[str, Any]]:
     """Completed transactions (CompleteCommit / CompleteAbort) among the last ``scan`` log entries, newest first:
     the outcome, when it was decided and, for commits whose PrepareCommit is in the window, what they published."""
+    if limit <= 0:
+        return []
     t = now_ms() if now is None else now
     entries = log_tail(store, scan, last_seq)
     prepares = {e.txn: e for e in entries if e.state is TxnState.PREPARE_COMMIT}
