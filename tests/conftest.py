@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import botocore.session
 import pytest
@@ -46,26 +47,32 @@ def s3_endpoint() -> Iterator[str]:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
     try:
-        yield f"http://{host}:{port}"
+        yield endpoint
     finally:
+        admin = _ADMIN.pop(endpoint, None)
+        if admin is not None:
+            admin.close()
         server.stop()
 
 
+_ADMIN: dict[str, Any] = {}
+
+
 def make_bucket(endpoint: str) -> str:
-    """Create a bucket with a fresh name on ``endpoint`` and return its name."""
+    """Create a bucket with a fresh name on ``endpoint`` and return its name (one admin client per endpoint)."""
+    client = _ADMIN.get(endpoint)
+    if client is None:
+        client = _ADMIN[endpoint] = botocore.session.get_session().create_client(
+            "s3",
+            endpoint_url=endpoint,
+            aws_access_key_id=TEST_KEY,
+            aws_secret_access_key=TEST_SECRET,
+            region_name=TEST_REGION,
+        )
     name = f"txnlog-{uuid.uuid4().hex[:20]}"
-    client = botocore.session.get_session().create_client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id=TEST_KEY,
-        aws_secret_access_key=TEST_SECRET,
-        region_name=TEST_REGION,
-    )
-    try:
-        client.create_bucket(Bucket=name)
-    finally:
-        client.close()
+    client.create_bucket(Bucket=name)
     return name
 
 

@@ -79,7 +79,7 @@ def test_put_if_absent_race_threads(store_url: tuple[str, dict[str, str]]) -> No
             st.close()
 
 
-def _race_process(root: str, path: str, token: str, start_at: float, out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+def _race_process(root: str, path: str, token: str, start_at: float, out: multiprocessing.Queue) -> None:
     store = LocalStore("file://" + root, root)
     time.sleep(max(0.0, start_at - time.time()))
     out.put((token, store.put_if_absent(path, token.encode())))
