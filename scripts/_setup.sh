@@ -5,11 +5,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 PY="${PYTHON:-python3}"
 if ! command -v "$PY" >/dev/null 2>&1; then
-  echo "txnlog needs Python 3.10 or newer: install python3 (Debian/Ubuntu: apt-get install python3 python3-venv)" >&2
+  echo "txnlog needs Python 3.11 or newer: install python3 (Debian/Ubuntu: apt-get install python3 python3-venv)" >&2
   exit 1
 fi
-if ! "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)'; then
-  echo "txnlog needs Python 3.10 or newer; $("$PY" --version 2>&1) found" >&2
+if ! "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)'; then
+  echo "txnlog needs Python 3.11 or newer; $("$PY" --version 2>&1) found" >&2
   exit 1
 fi
 if ! command -v java >/dev/null 2>&1; then

@@ -113,7 +113,7 @@ class PartitionLog:
         self.retired: dict[str, int] = {}
         self.last_commit_seq = -1
         self._load_checkpoint()
-        self.refresh()
+        self._read_listed()
 
     # -- loading ----------------------------------------------------------------------------------------------
 
@@ -136,7 +136,19 @@ class PartitionLog:
             return
 
     def refresh(self) -> None:
-        """Read markers written since the last read."""
+        """Read records written since the last read: forward by index until the first missing one (records are
+        dense), so one request when nothing is new."""
+        with self._lock:
+            while True:
+                path = marker_path(self.topic, self.partition, self.next_idx)
+                try:
+                    data = self.store.get(path)
+                except FileNotFoundError:
+                    return
+                self._apply(decode_partition_record(data, path), path)
+
+    def _read_listed(self) -> None:
+        """Read every record after the loaded checkpoint, finding them with one listing."""
         with self._lock:
             mdir = marker_dir(self.topic, self.partition)
             start_after = seq_name(self.next_idx - 1) if self.next_idx else None

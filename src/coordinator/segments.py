@@ -20,7 +20,7 @@ from coordinator.store import Store
 FORMATS = ("parquet", "arrow")
 
 
-def encode_table(table: pa.Table, fmt: str = "parquet", compression: str = "zstd") -> bytes:
+def encode_table(table: pa.Table, fmt: str = "parquet", compression: str = "snappy") -> bytes:
     """Serialise ``table`` as a segment file.
 
     Raises:

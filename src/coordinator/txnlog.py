@@ -78,10 +78,21 @@ class TransactionLog:
             state.apply(TxnEntry.from_bytes(self.store.get(path), path))
 
     def refresh(self) -> CoordinatorState:
-        """Read entries written since the last read and apply them."""
+        """Read entries written since the last read and apply them.
+
+        Entries are dense (entry ``n + 1`` is only ever created by a writer that has read entry ``n``), so this
+        reads forward by number until the first missing entry: one request when nothing is new, however long the
+        log is.
+        """
         with self._lock:
-            self._replay(self.state)
-            return self.state
+            state = self.state
+            while True:
+                path = txn_log_path(state.seq + 1)
+                try:
+                    data = self.store.get(path)
+                except FileNotFoundError:
+                    return state
+                state.apply(TxnEntry.from_bytes(data, path))
 
     def append(self, build: EntryBuilder) -> TxnEntry | None:
         """Append the entry ``build(state, seq, writer_token)`` returns; None means nothing to write.
@@ -111,7 +122,7 @@ class TransactionLog:
                     if self.checkpoint_interval and seq % self.checkpoint_interval == self.checkpoint_interval - 1:
                         self.write_checkpoint()
                     return entry
-                self._replay(self.state)
+                self.refresh()
             raise ConcurrentCommitError(
                 f"transaction log append lost {MAX_APPEND_ATTEMPTS} races in a row; the store is too contended"
             )
