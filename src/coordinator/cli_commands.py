@@ -177,9 +177,8 @@ def _resolve_one(settings: Settings, txn: str, abort: bool) -> dict[str, Any]:
         if not abort:
             raise CliError(f"transaction {txn!r} of {tid!r} is ongoing, not in doubt: its producer may still commit "
                            "or abort it. Use --abort to abort it now (this fences the producer)")
-        meta = coord.log.refresh().producers[tid]
-        coord.init_producer(tid, timeout_ms=meta.timeout_ms)
-        action = "aborted (producer fenced)"
+        aborted = coord.abort_open(tid, txn, reason="aborted by txnlog resolve --abort")
+        action = "aborted (producer fenced)" if aborted else "none (it finished meanwhile)"
     else:
         if abort and status == "committed":
             raise CliError(f"transaction {txn!r} of {tid!r} is already committed; it cannot be aborted")

@@ -260,6 +260,22 @@ class TransactionCoordinator:
             self._abort_open(ident.tid, ident.pid, ident.epoch, txn, fence=False, reason="aborted by producer",
                              now=now)
 
+    def abort_open(self, tid: str, txn: str, *, reason: str = "aborted by operator", now: int | None = None) -> bool:
+        """Abort transaction ``txn`` of ``tid`` if it is still ongoing, fencing its producer with an epoch bump
+        (an operator resolving a hung transaction). A transaction past its commit point is never aborted.
+
+        Returns:
+            True if this call aborted it; False if it was no longer ongoing (committed, aborted or replaced).
+        """
+        meta = self.log.refresh().producers.get(tid)
+        if meta is None or meta.txn != txn or meta.state is not TxnState.ONGOING:
+            return False
+        before = self.log.state.seq
+        self._abort_open(tid, meta.pid, meta.epoch, txn, fence=True, reason=reason, now=now)
+        after = self.log.state.producers.get(tid)
+        return after is not None and after.txn == txn and after.state is TxnState.COMPLETE_ABORT and \
+            self.log.state.seq > before
+
     def _abort_open(
         self, tid: str, pid: int, epoch: int, txn: str | None, *, fence: bool, reason: str, now: int | None
     ) -> None:
