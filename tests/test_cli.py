@@ -403,3 +403,31 @@ def test_store_open_is_read_only_for_inspection(lake: Lake, capsys: pytest.Captu
     for argv in (["topics"], ["txns"], ["lag"], ["groups"], ["verify"], ["dump", TOPIC], ["expire", "--dry-run"]):
         assert run(capsys, "--store", lake.url, *argv)[0] == 0
     assert sorted((o.path, o.size) for o in store.list_info("")) == before
+
+
+def test_compact_and_gc_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import pyarrow as pa
+
+    from coordinator import Producer, create_topic, read_snapshot
+
+    url = str(tmp_path / "lake")
+    store = open_store(url)
+    create_topic(store, "m", pa.schema([("id", pa.int64())]), 2)
+    p = Producer(store, "m")
+    p.init_transactions()
+    for i in range(12):
+        with p.transaction():
+            p.send("m", [{"id": i}], partition=i % 2)
+    before = read_snapshot(open_store(url), ["m"])["m"].sort_by([("_partition", "ascending"), ("_offset", "ascending")])
+    assert main(["--store", url, "--json", "compact", "m"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["partition"], r["segments_before"], r["segments_after"]) for r in rows] == [(0, 6, 1), (1, 6, 1)]
+    after = read_snapshot(open_store(url), ["m"])["m"].sort_by([("_partition", "ascending"), ("_offset", "ascending")])
+    assert after.equals(before)
+    assert main(["--store", url, "--json", "gc", "--dry-run"]) == 0
+    assert json.loads(capsys.readouterr().out)["files"] == 0  # inside the default 24 h grace period
+    assert main(["--store", url, "gc", "--grace", "0"]) == 0
+    assert "deleted 12 file(s)" in capsys.readouterr().out
+    assert read_snapshot(open_store(url), ["m"])["m"].num_rows == 12
+    assert main(["--store", url, "gc", "--grace", "-1"]) == 2
+    assert main(["--store", url, "compact", "nope"]) == 3

@@ -37,6 +37,7 @@ from coordinator.cli_commands import (
 from coordinator.cli_common import EXIT_USAGE, Output, exit_code_for, scrub
 from coordinator.cli_config import ENV_CONFIG, ENV_STORE, Settings, load_settings
 from coordinator.cli_daemon import cmd_coordinator_run
+from coordinator.cli_maintenance import cmd_compact, cmd_gc
 
 Command = Callable[[argparse.Namespace, Settings, Output], int]
 DEBUG_ENV = "TXNLOG_DEBUG"
@@ -56,6 +57,16 @@ def _positive(text: str) -> int:
     v = _non_negative(text)
     if v == 0:
         raise argparse.ArgumentTypeError("expected a positive integer, got 0")
+    return v
+
+
+def _grace_seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a non-negative number of seconds, got {text!r}")
     return v
 
 
@@ -134,6 +145,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from", dest="start", type=_non_negative, metavar="OFFSET", help="first offset (inclusive)")
     p.add_argument("--to", dest="end", type=_non_negative, metavar="OFFSET", help="last offset (exclusive)")
     p.add_argument("--limit", type=_non_negative, metavar="N", help="at most N records")
+    p = add("compact", cmd_compact, "merge small segments into segments of the target size (offsets unchanged)")
+    p.add_argument("topic", nargs="?", help="only this topic (default: all)")
+    p.add_argument("--partition", type=_non_negative, help="only this partition")
+    p.add_argument("--target-bytes", type=_positive, help="target segment size (default from config: 64 MiB)")
+    p = add("gc", cmd_gc, "delete segment files nothing live names, older than the grace period")
+    p.add_argument("topic", nargs="?", help="only this topic (default: all)")
+    p.add_argument("--partition", type=_non_negative, help="only this partition")
+    p.add_argument("--grace", type=_grace_seconds, metavar="S",
+                   help="only files retired or written more than S seconds ago (default 86400)")
+    p.add_argument("--dry-run", action="store_true", help="only report what would be deleted")
     p = sub.add_parser("coordinator", help="the coordinator daemon", description="the coordinator daemon")
     csub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     r = csub.add_parser("run", parents=common, help="loop the sweeps until SIGTERM/SIGINT",
@@ -141,6 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "one line per sweep; SIGTERM/SIGINT stop it cleanly")
     r.add_argument("--interval", type=_seconds, metavar="S", help="seconds between sweeps (default from config)")
     r.add_argument("--once", action="store_true", help="run one sweep and exit")
+    r.add_argument("--maintenance", action="store_true",
+                   help="also run retention, compaction and GC (default grace 24 h) in every sweep")
     r.set_defaults(func=cmd_coordinator_run)
     return parser
 

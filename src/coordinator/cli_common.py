@@ -108,7 +108,7 @@ def fmt_ts(ms: int | None) -> str:
     """Epoch milliseconds as ISO-8601 UTC with millisecond precision."""
     if ms is None:
         return "-"
-    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).isoformat(timespec="milliseconds")
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).isoformat(timespec="milliseconds")
 
 
 def cell(value: Any) -> str:

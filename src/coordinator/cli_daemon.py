@@ -27,21 +27,31 @@ from coordinator.errors import InvalidOptionError, TxnLogError
 from coordinator.txnlog import now_ms
 
 
-def sweep(coord: TransactionCoordinator) -> dict[str, Any]:
+def sweep(
+    coord: TransactionCoordinator, *, maintenance: bool = False, target_bytes: int | None = None
+) -> dict[str, Any]:
     """One sweep (see the module docstring). Returns what it did: ``rolled_forward`` (count), ``aborted`` and
-    ``expired`` (transactional ids), ``log_seq`` and ``duration_ms``."""
+    ``expired`` (transactional ids), ``log_seq`` and ``duration_ms``; with ``maintenance`` also ``merged`` and
+    ``deleted`` (retention, compaction and GC of every topic)."""
     t0 = time.monotonic()
     rolled = coord.complete_pending()
     aborted = coord.abort_timed_out()
     expired = coord.expire_transactional_ids()
-    return {"rolled_forward": rolled, "aborted": sorted(aborted), "expired": sorted(expired),
-            "log_seq": coord.log.state.seq, "duration_ms": int((time.monotonic() - t0) * 1000)}
+    result: dict[str, Any] = {"rolled_forward": rolled, "aborted": sorted(aborted), "expired": sorted(expired)}
+    if maintenance:
+        from coordinator.maintenance import DEFAULT_COMPACT_TARGET_BYTES, maintain
+
+        report = maintain(coord, target_bytes=target_bytes or DEFAULT_COMPACT_TARGET_BYTES)
+        result |= {"merged": report.merged_groups, "deleted": len(report.deleted_files)}
+    return result | {"log_seq": coord.log.state.seq, "duration_ms": int((time.monotonic() - t0) * 1000)}
 
 
 def _line(n: int, result: dict[str, Any]) -> str:
     return (f"{fmt_ts(now_ms())} sweep {n}: rolled forward {result['rolled_forward']}, aborted "
             f"{len(result['aborted'])} ({' '.join(result['aborted']) or '-'}), expired {len(result['expired'])} "
-            f"({' '.join(result['expired']) or '-'}), log entry {result['log_seq']}, {result['duration_ms']} ms")
+            f"({' '.join(result['expired']) or '-'}), "
+            + (f"merged {result['merged']}, deleted {result['deleted']}, " if "merged" in result else "")
+            + f"log entry {result['log_seq']}, {result['duration_ms']} ms")
 
 
 def cmd_coordinator_run(args: argparse.Namespace, settings: Settings, out: Output) -> int:
@@ -69,7 +79,7 @@ def cmd_coordinator_run(args: argparse.Namespace, settings: Settings, out: Outpu
         while not stop.is_set():
             n += 1
             try:
-                result = sweep(coord)
+                result = sweep(coord, maintenance=args.maintenance, target_bytes=settings.segment_target_bytes)
             except (TxnLogError, OSError) as exc:
                 message = scrub(f"sweep {n} failed: {exc}", settings.secrets())
                 out.warn(f"{fmt_ts(now_ms())} {message}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from coordinator.errors import CorruptLogError
@@ -15,7 +15,7 @@ from coordinator.errors import CorruptLogError
 FORMAT_VERSION = 1
 
 
-class TxnState(str, Enum):
+class TxnState(StrEnum):
     """Kafka's transaction states, persisted by value."""
 
     EMPTY = "Empty"

@@ -1,0 +1,68 @@
+"""``txnlog compact`` and ``txnlog gc``: maintenance from the command line (see :mod:`coordinator.maintenance`)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from coordinator.cli_common import EXIT_OK, Output, render_table
+from coordinator.cli_config import Settings
+from coordinator.errors import InvalidOptionError
+from coordinator.maintenance import DEFAULT_GC_GRACE_MS, MaintenanceReport, compact_partition, gc_partition
+from coordinator.topics import get_topic, list_topics
+
+
+def _partitions(args: argparse.Namespace, store: Any) -> list[tuple[str, int]]:
+    names = [args.topic] if args.topic else list_topics(store)
+    out = []
+    for name in names:
+        meta = get_topic(store, name)
+        if args.partition is not None and not 0 <= args.partition < meta.partitions:
+            raise InvalidOptionError(f"topic {name!r} has no partition {args.partition}")
+        parts = [args.partition] if args.partition is not None else list(range(meta.partitions))
+        out += [(name, p) for p in parts]
+    return out
+
+
+def cmd_compact(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+    """Merge small segments into segments of about the target size; offsets are unchanged."""
+    target = args.target_bytes or settings.segment_target_bytes
+    store = settings.open(write=True)
+    coord = settings.coordinator(store)
+    parts = _partitions(args, store)
+    bar = out.progress("compact: partitions", len(parts))
+    rows = []
+    for topic, p in parts:
+        r = compact_partition(coord, topic, p, target_bytes=target, fmt=settings.segment_format)
+        coord.partition(topic, p).write_checkpoint()
+        rows.append({"topic": topic, "partition": p, "merged_groups": r.merged_groups,
+                     "segments_before": r.segments_before, "segments_after": r.segments_after})
+        bar()
+    bar.close()
+    if out.json_mode:
+        out.emit_json(rows)
+    else:
+        out.emit(render_table(rows, ["topic", "partition", "merged_groups", "segments_before", "segments_after"]))
+    return EXIT_OK
+
+
+def cmd_gc(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+    """Delete segment files nothing live names, older than the grace period."""
+    grace_ms = DEFAULT_GC_GRACE_MS if args.grace is None else int(args.grace * 1000)
+    store = settings.open(write=not args.dry_run)
+    coord = settings.coordinator(store)
+    parts = _partitions(args, store)
+    bar = out.progress("gc: partitions", len(parts))
+    total = MaintenanceReport()
+    for topic, p in parts:
+        total.add(gc_partition(coord, topic, p, grace_ms=grace_ms, dry_run=args.dry_run))
+        bar()
+    bar.close()
+    result = {"dry_run": bool(args.dry_run), "grace_s": grace_ms / 1000, "files": len(total.deleted_files),
+              "bytes": total.deleted_bytes, "paths": total.deleted_files}
+    if out.json_mode:
+        out.emit_json(result)
+    else:
+        verb = "would delete" if args.dry_run else "deleted"
+        out.emit(f"{verb} {result['files']} file(s), {result['bytes']} bytes (grace {result['grace_s']:g}s)")
+    return EXIT_OK
