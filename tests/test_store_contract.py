@@ -7,12 +7,14 @@ import multiprocessing
 import os
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from coordinator.errors import InvalidOptionError, UnsupportedStoreError
+from conftest import TEST_KEY, TEST_SECRET, S3Lake
+from coordinator.errors import InvalidOptionError, StoreError, UnsupportedStoreError
 from coordinator.store import TEMP_PREFIX, LocalStore, MemoryStore, Store, open_store, probe_conditional_writes
 from s3faults import FaultProxy
 
@@ -387,3 +389,15 @@ def test_local_store_writes_under_its_root_only(tmp_path: Path) -> None:
     store = open_store(str(tmp_path / "lake"))
     store.put("a/b.json", b"x")
     assert sorted(os.listdir(tmp_path)) == ["lake"]
+
+
+def test_s3_missing_bucket_and_repr_hide_credentials(s3_lake: S3Lake) -> None:
+    url = f"s3://no-such-bucket-{uuid.uuid4().hex[:12]}/lake"
+    with pytest.raises(StoreError, match="NoSuchBucket") as err:
+        open_store(url, s3_lake.options)
+    st = open_store(s3_lake.url, s3_lake.options)
+    try:
+        for text in (str(err.value), repr(err.value), repr(st), str(st.__dict__.get("url"))):
+            assert TEST_KEY not in text and TEST_SECRET not in text, text
+    finally:
+        st.close()

@@ -14,13 +14,16 @@ connections) are retried; anything else fails at once. Past the budget an operat
 is unknown (an attempt may have been applied) is resolved by reading the object back, and if that fails too,
 :class:`~coordinator.errors.CommitStateUnknownError` is raised.
 
+:attr:`Store.counters` counts one request per attempt this store makes. The HTTP layer underneath (aiohttp) may
+re-send an idempotent request once on its own when a kept-alive connection turns out to be closed; such a re-send
+is not counted, and for a conditional write it is harmless: it meets ``412`` and the read-back decides.
+
 Credentials reach only the s3fs client: they never appear in this object's ``repr``, in log lines or in error
 messages (error texts are scrubbed of them before they are raised).
 """
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import logging
 import random
@@ -49,7 +52,6 @@ RETRYABLE_CODES = frozenset(
         "InternalError",
         "ServiceUnavailable",
         "RequestTimeout",
-        "RequestTimeTooSkewed",
         "ConditionalRequestConflict",
         "OperationAborted",
         "Throttling",
@@ -358,7 +360,7 @@ class S3Store(Store):
                     raise
                 failure: BaseException = exc
                 ambiguous = ambiguous or (write and _status(exc) not in NOT_APPLIED_STATUS)
-            except (BotoCoreError, OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, BotoCoreError, aiohttp.ClientError, OSError) as exc:
                 failure = exc
                 ambiguous = ambiguous or (write and _maybe_sent(exc))
             elapsed = time.monotonic() - start
