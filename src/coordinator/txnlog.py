@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable
 
 from coordinator import faults
-from coordinator.errors import ConcurrentCommitError, CorruptLogError
+from coordinator.errors import ConcurrentCommitError, CorruptLogError, TxnLogError
 from coordinator.layout import TXN_CHECKPOINT, TXN_LOG, parse_seq, txn_checkpoint_path, txn_log_path
 from coordinator.records import TxnEntry, decode_json, encode_json
 from coordinator.state import CoordinatorState
@@ -100,6 +100,9 @@ class TransactionLog:
         ``build`` runs against the freshest known state and must raise if the transition is not allowed; on a lost
         race it runs again against the new state.
 
+        A transition ``build`` or the state machine refuses is judged again after reading any newer entries, so
+        the error reflects the store, not a stale view of it.
+
         Raises:
             ConcurrentCommitError: lost the race more than MAX_APPEND_ATTEMPTS times in a row.
             CommitStateUnknownError: the store could not say whether the entry was written.
@@ -109,10 +112,18 @@ class TransactionLog:
             for _ in range(MAX_APPEND_ATTEMPTS):
                 writer = uuid.uuid4().hex
                 seq = self.state.seq + 1
-                entry = build(self.state, seq, writer)
+                try:
+                    entry = build(self.state, seq, writer)
+                    if entry is not None:
+                        self.state.validate(entry)
+                except TxnLogError:
+                    # Refused against what this process has read: if the log moved on, judge again on the
+                    # fresh state (a fenced zombie must learn it is fenced, not that its old state forbids it).
+                    if self.refresh().seq >= seq:
+                        continue
+                    raise
                 if entry is None:
                     return None
-                self.state.validate(entry)
                 path = txn_log_path(seq)
                 faults.point(f"txnlog.{entry.state.value}.before")
                 created = self.store.put_if_absent(path, entry.to_bytes())
