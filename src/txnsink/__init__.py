@@ -1,0 +1,41 @@
+"""txnsink: the Spark writer for txnlog topics, batch (one job = one transaction) and streaming (one micro-batch
+= one transaction, exactly once). Imports :mod:`coordinator`, never :mod:`txnsource`.
+
+:func:`make_writer` and :func:`make_stream_writer` are what ``pyspark_txnlog.DefaultSource`` calls; the heavy
+modules load only when they do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+    from txnsink.batch import TxnBatchWriter
+    from txnsink.stream import TxnStreamWriter
+
+__all__ = ["make_stream_writer", "make_writer"]
+
+
+def make_writer(options: Mapping[str, str], schema: StructType, overwrite: bool) -> TxnBatchWriter:
+    """The batch writer (see :func:`txnsink.batch.make_writer`).
+
+    Raises:
+        InvalidOptionError, SchemaMismatchError: bad options, save mode or schema, before any task runs.
+    """
+    from txnsink.batch import make_writer as _make
+
+    return _make(options, schema, overwrite)
+
+
+def make_stream_writer(options: Mapping[str, str], schema: StructType, overwrite: bool) -> TxnStreamWriter:
+    """The streaming writer (see :func:`txnsink.stream.make_stream_writer`).
+
+    Raises:
+        InvalidOptionError, SchemaMismatchError: bad options, output mode, checkpoint or schema.
+    """
+    from txnsink.stream import make_stream_writer as _make
+
+    return _make(options, schema, overwrite)

@@ -1,0 +1,127 @@
+"""Writer options: parsed once, on the driver, into a frozen :class:`SinkOptions`.
+
+Option keys are case-insensitive (Spark lower-cases them anyway). Unknown keys are refused, so a typo never
+silently changes what a write does. Store credentials (``s3.*``) live in :class:`coordinator.StoreOptions`, whose
+``repr`` hides them; they travel to executors inside the pickled writer (as Spark options do) and are never
+written to the store, a commit message or an error message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from coordinator import InvalidOptionError, StoreOptions, check_name
+
+__all__ = ["KNOWN_OPTIONS", "SinkOptions", "parse_options"]
+
+MAX_PARTITIONS = 10_000
+
+#: Every option key the writer understands (lower case).
+KNOWN_OPTIONS = frozenset(
+    {
+        "path",
+        "topic",
+        "numpartitions",
+        "partitionkey",
+        "transactionalid",
+        "checkpointlocation",
+        "s3.endpoint",
+        "s3.key",
+        "s3.secret",
+        "s3.region",
+        "s3.token",
+    }
+)
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """The parsed options of one write.
+
+    Attributes:
+        root: the store root URL (``save(path)`` / ``start(path)`` or option ``path``).
+        topic: the topic written.
+        num_partitions: partitions of the topic when this write creates it (None: 1).
+        partition_key: columns hashed to choose a row's partition (empty: rows are spread evenly).
+        transactional_id: stable transactional id, or None (batch: a fresh id per job; stream: derived from the
+            query id).
+        checkpoint_location: the streaming query's checkpoint folder, when Spark passes it.
+        store: object-store access (credentials hidden from ``repr``).
+    """
+
+    root: str
+    topic: str
+    num_partitions: int | None = None
+    partition_key: tuple[str, ...] = ()
+    transactional_id: str | None = None
+    checkpoint_location: str | None = None
+    store: StoreOptions = field(default_factory=StoreOptions)
+
+
+def _int_option(key: str, value: str, low: int, high: int) -> int:
+    try:
+        n = int(str(value).strip())
+    except ValueError:
+        raise InvalidOptionError(f"option {key}={value!r} must be an integer from {low} to {high}") from None
+    if not low <= n <= high:
+        raise InvalidOptionError(f"option {key}={value!r} must be an integer from {low} to {high}")
+    return n
+
+
+def parse_options(options: Mapping[str, str]) -> SinkOptions:
+    """Parse Spark writer options (case-insensitive keys) into :class:`SinkOptions`.
+
+    Raises:
+        InvalidOptionError: an unknown key, a missing ``topic`` or store path, or a bad value; the message names
+            the key and the value (never a credential's value).
+    """
+    lower: dict[str, str] = {}
+    for k, v in options.items():
+        lk = str(k).lower()
+        if lk not in KNOWN_OPTIONS:
+            known = ", ".join(sorted(KNOWN_OPTIONS))
+            raise InvalidOptionError(f"unknown txnlog write option {k!r}; known options: {known}")
+        lower[lk] = "" if v is None else str(v)
+    root = lower.get("path", "").strip()
+    if not root:
+        raise InvalidOptionError(
+            "option path (the store root URL) is missing: use save('<root>') / start('<root>') or option('path', ...)"
+        )
+    topic = lower.get("topic", "").strip()
+    if not topic:
+        raise InvalidOptionError("option topic is required for txnlog writes")
+    try:
+        check_name("topic", topic)
+    except InvalidOptionError as exc:
+        raise InvalidOptionError(f"option topic={topic!r} is invalid: {exc}") from None
+    num: int | None = None
+    if "numpartitions" in lower:
+        num = _int_option("numPartitions", lower["numpartitions"], 1, MAX_PARTITIONS)
+    key: tuple[str, ...] = ()
+    if "partitionkey" in lower:
+        parts = [c.strip() for c in lower["partitionkey"].split(",")]
+        if not parts or any(not c for c in parts):
+            raise InvalidOptionError(
+                f"option partitionKey={lower['partitionkey']!r} must be one or more comma-separated column names"
+            )
+        if len(set(parts)) != len(parts):
+            raise InvalidOptionError(f"option partitionKey={lower['partitionkey']!r} names a column twice")
+        key = tuple(parts)
+    tid: str | None = None
+    if "transactionalid" in lower:
+        tid = lower["transactionalid"].strip()
+        try:
+            check_name("transactional id", tid)
+        except InvalidOptionError as exc:
+            raise InvalidOptionError(f"option transactionalId={tid!r} is invalid: {exc}") from None
+    cp = lower.get("checkpointlocation", "").strip() or None
+    return SinkOptions(
+        root=root,
+        topic=topic,
+        num_partitions=num,
+        partition_key=key,
+        transactional_id=tid,
+        checkpoint_location=cp,
+        store=StoreOptions.from_options(lower),
+    )
