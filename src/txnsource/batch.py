@@ -54,14 +54,14 @@ class TxnLogBatchReader(DataSourceReader):
         from coordinator.coordinator import TransactionCoordinator
         from coordinator.store import open_store
         from coordinator.topics import get_topic
-        from txnsource.offsets import batch_ranges
+        from txnsource.offsets import batch_ranges, consistent_snapshot
         from txnsource.planning import plan_partitions, staged_paths
 
         opts = self.options
         store = open_store(opts.path, opts.store)
         coord = TransactionCoordinator(store)
         metas = {t: get_topic(store, t) for t in opts.topics}
-        snap = coord.snapshot(opts.topics)
+        snap = consistent_snapshot(coord, opts.topics)
         ranges = batch_ranges(opts.starting, opts.ending, snap, opts.topics)
         staged = None
         if opts.isolation == READ_UNCOMMITTED:

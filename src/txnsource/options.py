@@ -62,6 +62,7 @@ _COMMON_KEYS = frozenset({"path", "topic", "startingoffsets", "isolationlevel", 
 _STREAM_ONLY_KEYS = frozenset({"maxrecordspertrigger", "groupid"})
 _BATCH_ONLY_KEYS = frozenset({"endingoffsets"})
 _SECRET_KEYS = frozenset({"s3.key", "s3.secret", "s3.token"})
+_SECRET_WORDS = ("key", "secret", "token", "password", "credential")
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None) -> Read
             if streaming and key in _BATCH_ONLY_KEYS:
                 raise InvalidOptionError(f"option 'endingOffsets' is not supported by streaming reads "
                                          f"(got {lower[key]!r}); a stream reads until it is stopped")
-            shown = "***" if key in _SECRET_KEYS else repr(lower[key])
+            shown = "***" if _may_be_secret(key) else repr(lower[key])
             raise InvalidOptionError(
                 f"unknown option {key!r} (value {shown}); txnlog reads take: "
                 f"{', '.join(sorted(allowed - _SECRET_KEYS))}"
@@ -141,6 +142,11 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None) -> Read
         min_partitions=_positive_int("minPartitions", lower.get("minpartitions")),
         store=StoreOptions.from_options(lower),
     )
+
+
+def _may_be_secret(key: str) -> bool:
+    """Whether an option's value must not be echoed (credentials, or a misspelling of one)."""
+    return key.startswith(("s3.", "fs.", "aws")) or any(w in key for w in _SECRET_WORDS)
 
 
 def _parse_topics(raw: str | None) -> tuple[str, ...]:

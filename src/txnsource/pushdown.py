@@ -26,7 +26,7 @@ Intervals = tuple[tuple[int, int], ...]
 LOW = -(1 << 63)
 HIGH = 1 << 63
 ALL: Intervals = ((LOW, HIGH),)
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _INT_COLUMNS = ("_partition", "_offset")
 
 
