@@ -292,7 +292,7 @@ def test_commit_completed_by_another_process_is_acknowledged() -> None:
         producer.send("a", [{"v": "r/0/1/0"}], partition=0)
     producer.begin_transaction()
     producer.send("a", [{"v": "r/0/2/0"}], partition=0)
-    busy = []
+    busy: list[str] = []
 
     def other_process_rolls_forward(name: str) -> None:
         if name == "txnlog.PrepareCommit.after" and not busy:
