@@ -6,8 +6,6 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-import uuid
-
 import pyarrow as pa
 import pytest
 
@@ -30,12 +28,10 @@ class Backend:
         return TransactionCoordinator(self.open(), **kw)
 
 
-@pytest.fixture(params=["memory", "local"])
-def backend(request: pytest.FixtureRequest, tmp_path: object) -> Backend:
-    """Each core guarantee test runs on every backend."""
-    if request.param == "memory":
-        return Backend(f"memory://{uuid.uuid4().hex}", {})
-    return Backend(str(tmp_path) + "/lake", {})
+@pytest.fixture
+def backend(store_url: tuple[str, dict[str, str]]) -> Backend:
+    """Each core guarantee test runs on every backend: memory, local disk and the S3 endpoint."""
+    return Backend(*store_url)
 
 
 def make_topic(store: Store, name: str = "t", partitions: int = 3) -> None:

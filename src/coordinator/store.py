@@ -127,7 +127,15 @@ def check_relative(path: str) -> str:
     for part in path.split("/"):
         if part in ("", ".", ".."):
             raise InvalidOptionError(f"store path {path!r} has an empty, '.' or '..' segment")
+    if path.rsplit("/", 1)[-1].startswith(TEMP_PREFIX):
+        raise InvalidOptionError(f"store path {path!r}: names starting with {TEMP_PREFIX!r} are reserved")
     return path
+
+
+def _folder(prefix: str) -> str:
+    """A folder prefix without surrounding slashes, validated (``""`` is the root)."""
+    prefix = prefix.strip("/")
+    return check_relative(prefix) if prefix else ""
 
 
 class Store(ABC):
@@ -241,6 +249,7 @@ class MemoryStore(Store):
             self._objects[path] = (bytes(data), _now())
 
     def get(self, path: str) -> bytes:
+        check_relative(path)
         self.counters.add("get")
         with self._lock:
             try:
@@ -249,22 +258,25 @@ class MemoryStore(Store):
                 raise FileNotFoundError(path) from None
 
     def list(self, prefix: str, start_after: str | None = None) -> builtins.list[str]:
+        prefix = _folder(prefix)
         self.counters.add("list")
-        base = prefix.rstrip("/") + "/" if prefix else ""
+        base = prefix + "/" if prefix else ""
         with self._lock:
             names = [p[len(base):] for p in self._objects if p.startswith(base) and "/" not in p[len(base):]]
         return sorted(n for n in names if start_after is None or n > start_after)
 
     def list_dirs(self, prefix: str) -> builtins.list[str]:
+        prefix = _folder(prefix)
         self.counters.add("list")
-        base = prefix.rstrip("/") + "/" if prefix else ""
+        base = prefix + "/" if prefix else ""
         with self._lock:
             rests = [p[len(base):] for p in self._objects if p.startswith(base)]
         return sorted({r.split("/", 1)[0] for r in rests if "/" in r})
 
     def list_info(self, prefix: str) -> builtins.list[ObjectInfo]:
+        prefix = _folder(prefix)
         self.counters.add("list")
-        base = prefix.rstrip("/") + "/" if prefix else ""
+        base = prefix + "/" if prefix else ""
         with self._lock:
             return sorted(
                 (ObjectInfo(p, len(v[0]), v[1]) for p, v in self._objects.items() if p.startswith(base)),
@@ -272,6 +284,7 @@ class MemoryStore(Store):
             )
 
     def delete(self, path: str) -> None:
+        check_relative(path)
         self.counters.add("delete")
         with self._lock:
             self._objects.pop(path, None)
@@ -338,6 +351,7 @@ class LocalStore(Store):
             raise FileNotFoundError(path) from None
 
     def list(self, prefix: str, start_after: str | None = None) -> builtins.list[str]:
+        prefix = _folder(prefix)
         self.counters.add("list")
         folder = self._full(prefix) if prefix else self.root
         try:
@@ -348,14 +362,18 @@ class LocalStore(Store):
         return sorted(n for n in names if start_after is None or n > start_after)
 
     def list_dirs(self, prefix: str) -> builtins.list[str]:
+        prefix = _folder(prefix)
         self.counters.add("list")
         folder = self._full(prefix) if prefix else self.root
         try:
-            return sorted(e.name for e in os.scandir(folder) if e.is_dir())
+            dirs = [e for e in os.scandir(folder) if e.is_dir()]
         except (FileNotFoundError, NotADirectoryError):
             return []
+        # Like S3 and memory, a folder exists only while some object is below it.
+        return sorted(d.name for d in dirs if _has_files(d.path))
 
     def list_info(self, prefix: str) -> builtins.list[ObjectInfo]:
+        prefix = _folder(prefix)
         self.counters.add("list")
         folder = self._full(prefix) if prefix else self.root
         out: builtins.list[ObjectInfo] = []
@@ -380,6 +398,10 @@ class LocalStore(Store):
             pass
 
 
+def _has_files(folder: str) -> bool:
+    return any(not f.startswith(TEMP_PREFIX) for _d, _s, files in os.walk(folder) for f in files)
+
+
 def _now() -> float:
     import time
 
@@ -396,8 +418,9 @@ def probe_conditional_writes(store: Store) -> None:
     Raises:
         UnsupportedStoreError: a second conditional create of the same path succeeded with different bytes.
     """
+    key = f"{store.url} via {getattr(store, 'endpoint', None)}"
     with _PROBE_LOCK:
-        if store.url in _PROBED:
+        if key in _PROBED:
             return
     path = f"_txn/probe/{uuid.uuid4().hex}"
     try:
@@ -405,14 +428,17 @@ def probe_conditional_writes(store: Store) -> None:
         second = store.put_if_absent(path, b"probe-b")
         held = store.get(path)
     finally:
-        store.delete(path)
+        try:
+            store.delete(path)
+        except StoreError:
+            pass
     if not first or second or held != b"probe-a":
         raise UnsupportedStoreError(
             f"store {store.url} does not honour conditional writes (create-if-absent overwrote an existing "
             "object); txnlog needs If-None-Match support to keep its transaction log consistent"
         )
     with _PROBE_LOCK:
-        _PROBED.add(store.url)
+        _PROBED.add(key)
 
 
 def open_store(
