@@ -16,6 +16,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from coordinator.store import MemoryStore, Store, open_store
+from core_helpers import Backend
 
 #: Fake credentials for the loopback endpoint; long enough to be recognisable if they ever leak into a message.
 TEST_KEY = "AKIATESTKEY0TXNLOG00"
@@ -113,3 +114,9 @@ def store(store_url: tuple[str, dict[str, str]]) -> Iterator[Store]:
         yield st
     finally:
         st.close()
+
+
+@pytest.fixture
+def backend(store_url: tuple[str, dict[str, str]]) -> Backend:
+    """How a new process reaches a fresh store, on each backend (the core guarantee tests run on all three)."""
+    return Backend(*store_url)

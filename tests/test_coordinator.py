@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from core_helpers import SCHEMA, Backend, backend, committed_ids, make_topic, rows  # noqa: F401
 
 from coordinator import (
     CommitStateUnknownError,
@@ -18,7 +17,6 @@ from coordinator import (
     Producer,
     ProducerFencedError,
     SchemaMismatchError,
-    SegmentRef,
     Store,
     TopicNotFoundError,
     TransactionCoordinator,
@@ -28,6 +26,7 @@ from coordinator import (
     stage_segment,
 )
 from coordinator.records import TxnState
+from core_helpers import SCHEMA, Backend, committed_ids, make_topic, rows
 
 
 def test_commit_publishes_atomically_with_dense_offsets_in_commit_order(backend: Backend) -> None:
@@ -191,9 +190,8 @@ def test_expired_transactional_id_fences_its_producer_and_gets_a_new_pid(backend
     last = coord.log.refresh().producers["idle"].last_ts
     assert coord.expire_transactional_ids(now=last + 1000) == []
     assert coord.expire_transactional_ids(now=last + 8 * 24 * 3600 * 1000) == ["idle"]
-    with pytest.raises(ProducerFencedError, match="expired"):
-        with p.transaction():
-            p.send("t", rows([1], "x"))
+    with pytest.raises(ProducerFencedError, match="expired"), p.transaction():
+        p.send("t", rows([1], "x"))
     again = Producer(backend.open(), "idle").init_transactions()
     assert again.pid != ident.pid
 
@@ -319,7 +317,8 @@ def test_opening_the_log_costs_few_requests_whatever_its_length(backend: Backend
     costs = []
     for _ in range(3):
         for _ in range(40):
-            coord.commit(ident, new_txn_id(ident.pid, ident.epoch), [stage_segment(store, "t", 0, tbl, new_txn_id(0, 0))])
+            seg = stage_segment(store, "t", 0, tbl, new_txn_id(0, 0))
+            coord.commit(ident, new_txn_id(ident.pid, ident.epoch), [seg])
         fresh = backend.open()
         TransactionCoordinator(fresh).partition("t", 0)
         TransactionCoordinator(fresh)

@@ -8,10 +8,10 @@ the crash came after its commit point (the PrepareCommit entry) was durable.
 from __future__ import annotations
 
 import pytest
-from core_helpers import Backend, backend, committed_ids, duplicates, make_topic, rows  # noqa: F401
 
 from coordinator import Producer, TransactionCoordinator, faults
 from coordinator.faults import InjectedCrash
+from core_helpers import Backend, committed_ids, duplicates, make_topic, rows
 
 # (point, which occurrence during the commit of the second transaction, committed after recovery?)
 COMMIT_POINTS = [
