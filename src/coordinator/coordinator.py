@@ -59,7 +59,9 @@ class CommitResult:
     Attributes:
         txn: the transaction id.
         commit_seq: the transaction-log entry of the commit point (-1 when nothing was committed).
-        offsets: (topic, partition) -> (first offset, end offset) the transaction's records received.
+        offsets: (topic, partition) -> (first offset, end offset) the transaction's records received (a
+            partition whose marker already left the recent-marker index, after more than a thousand later commits
+            there, is omitted).
         already_committed: the application idempotency key was committed before; this call published nothing.
     """
 
@@ -240,8 +242,12 @@ class TransactionCoordinator:
         self.complete_pending(upto=prepare.seq)
         result = {}
         for topic, p in prepare.partitions():
-            _idx, _seq, base, end = self.partition(topic, p).txns[txn]
-            result[(topic, p)] = (base, end)
+            plog = self.partition(topic, p)
+            if txn not in plog.txns:
+                plog.refresh()  # another process completed it first: its markers are there, not yet read here
+            found = plog.txns.get(txn)
+            if found is not None:
+                result[(topic, p)] = (found[2], found[3])
         return CommitResult(txn, prepare.seq, result)
 
     def abort(self, ident: ProducerIdentity, txn: str, *, now: int | None = None) -> None:
