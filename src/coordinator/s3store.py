@@ -36,6 +36,7 @@ import s3fs
 from botocore.exceptions import BotoCoreError, ClientError, ConnectTimeoutError, EndpointConnectionError
 from fsspec.asyn import sync
 
+from coordinator import redact
 from coordinator.errors import InvalidOptionError, StoreError
 from coordinator.store import TEMP_PREFIX, ObjectInfo, Store, StoreOptions, check_relative
 
@@ -148,6 +149,7 @@ class S3Store(Store):
         self.list_page_size = min(list_page_size, 1000)
         # Scrubbing one- to three-character strings would mangle every message and hide nothing real.
         self._secrets = tuple(s for s in (opts.key, opts.secret, opts.token) if s and len(s) >= 4)
+        redact.register(*self._secrets)
         self._rng = random.Random()
         region = opts.region or ("us-east-1" if opts.endpoint else None)
         client_kwargs: dict[str, Any] = {"region_name": region} if region else {}

@@ -98,6 +98,11 @@ class StoreOptions:
     secret: str | None = field(default=None, repr=False)
     region: str | None = None
     token: str | None = field(default=None, repr=False)
+    #: retry budget and timeouts of the S3 backend (None: its defaults)
+    max_attempts: int | None = None
+    time_budget: float | None = None
+    connect_timeout: float | None = None
+    read_timeout: float | None = None
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> StoreOptions:
@@ -109,11 +114,38 @@ class StoreOptions:
             secret=lower.get("s3.secret") or None,
             region=lower.get("s3.region") or None,
             token=lower.get("s3.token") or None,
+            max_attempts=_opt_int(lower, "s3.maxattempts", "s3.maxAttempts"),
+            time_budget=_opt_number(lower, "s3.timebudget", "s3.timeBudget", float),
+            connect_timeout=_opt_number(lower, "s3.connecttimeout", "s3.connectTimeout", float),
+            read_timeout=_opt_number(lower, "s3.readtimeout", "s3.readTimeout", float),
         )
 
     def __repr__(self) -> str:
         hidden = "***" if self.key or self.secret or self.token else None
         return f"StoreOptions(endpoint={self.endpoint!r}, region={self.region!r}, credentials={hidden!r})"
+
+
+def _opt_number(lower: Mapping[str, str], key: str, name: str, kind: type) -> float | None:
+    """A positive number option, or None when absent.
+
+    Raises:
+        InvalidOptionError: naming the option and its value.
+    """
+    raw = lower.get(key)
+    if raw is None or str(raw).strip() == "":
+        return None
+    try:
+        value = kind(str(raw).strip())
+    except ValueError:
+        raise InvalidOptionError(f"option {name} must be a positive number, got {raw!r}") from None
+    if not value > 0:
+        raise InvalidOptionError(f"option {name} must be a positive number, got {raw!r}")
+    return value
+
+
+def _opt_int(lower: Mapping[str, str], key: str, name: str) -> int | None:
+    value = _opt_number(lower, key, name, int)
+    return None if value is None else int(value)
 
 
 def check_relative(path: str) -> str:
@@ -462,7 +494,10 @@ def open_store(
     elif url.startswith(("s3://", "s3a://")):
         from coordinator.s3store import S3Store
 
-        store = S3Store(url, opts)
+        tuning = {k: v for k, v in (("max_attempts", opts.max_attempts), ("time_budget", opts.time_budget),
+                                    ("connect_timeout", opts.connect_timeout), ("read_timeout", opts.read_timeout))
+                  if v is not None}
+        store = S3Store(url, opts, **tuning)  # type: ignore[arg-type]
     elif "://" in url:
         raise InvalidOptionError(f"store URL scheme of {url!r} is not supported (use a path, file://, s3://, memory://)")
     else:
