@@ -12,8 +12,8 @@ from pathlib import Path
 import botocore.session
 import pyarrow as pa
 import pytest
-from conftest import TEST_KEY, TEST_REGION, TEST_SECRET, S3Lake
 
+from conftest import TEST_KEY, TEST_REGION, TEST_SECRET, S3Lake
 from coordinator import (
     Consumer,
     Producer,
