@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
@@ -36,3 +37,7 @@ def test_explore_notebook_runs_and_shows_tables_and_plots(tmp_path: Path) -> Non
     assert "<h4>txnlog store" in text and "<h4>topic orders" in text
     images = [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
     assert len(images) == 3
+@pytest.mark.spark
+def test_quickstart_notebook_runs(tmp_path: Path) -> None:
+    nb = run_notebook("quickstart.ipynb", tmp_path)
+    assert "quickstart ok" in outputs_text(nb)
