@@ -49,6 +49,7 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.schema = schema
         self._target: Positions | None = None
         self._latest: Positions | None = None
+        self._recorded: Positions | None = None
         self._store: Store | None = None
         self._coord: TransactionCoordinator | None = None
         self._metas: dict[str, TopicMeta] = {}
@@ -104,6 +105,10 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         topics = self.options.topics
         begin = from_json(start, topics)
+        # Spark plans a micro-batch only after the previous one finished, so ``start`` has been processed; it
+        # commits the previous batch to the source only when it plans the next one, so the final batch of an
+        # availableNow run would otherwise never be recorded
+        self._record_group(begin)
         snap = self._snapshot()
         lags: dict[tuple[str, int], int] = {}
         base: Positions = {}
@@ -150,15 +155,23 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                min_partitions=self.options.min_partitions)
 
     def commit(self, end: dict[str, Any]) -> None:
-        """Record ``end`` as consumer group ``groupId``'s offsets (no-op without ``groupId``)."""
+        """Record ``end`` as consumer group ``groupId``'s offsets (no-op without ``groupId``).
+
+        Spark calls this for batch ``N`` when it plans batch ``N + 1``; :meth:`latestOffset` records its ``start``
+        (the end of the finished batch) too, so a run's last batch is recorded as well.
+        """
+        self._record_group(from_json(end, self.options.topics))
+
+    def _record_group(self, pos: Positions) -> None:
+        """Commit ``pos`` as group ``groupId``'s offsets, unless it is what this reader recorded last."""
         group = self.options.group_id
-        if group is None:
+        if group is None or pos == self._recorded:
             return
-        pos = from_json(end, self.options.topics)
         offsets: dict[str, dict[int, int]] = {}
         for (t, p), o in pos.items():
             offsets.setdefault(t, {})[p] = o
         self._coordinator().commit_group_offsets(group, offsets)
+        self._recorded = dict(pos)
 
     # -- executor side ----------------------------------------------------------------------------------------
 
@@ -186,7 +199,8 @@ def allocate(lags: Mapping[tuple[str, int], int], max_rows: int) -> dict[tuple[s
         return dict(lags)
     grant = {tp: lag * max_rows // total for tp, lag in lags.items()}
     left = max_rows - sum(grant.values())
-    for tp in sorted(lags, key=lambda tp: (grant[tp] - lags[tp], tp)):
+    # largest remainder first, so the shares stay as close to proportional as whole rows allow
+    for tp in sorted(lags, key=lambda tp: (-(lags[tp] * max_rows % total), tp)):
         if left <= 0:
             break
         if grant[tp] < lags[tp]:
