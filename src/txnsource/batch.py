@@ -55,17 +55,22 @@ class TxnLogBatchReader(DataSourceReader):
         from coordinator.store import open_store
         from coordinator.topics import get_topic
         from txnsource.offsets import batch_ranges, consistent_snapshot
-        from txnsource.planning import plan_partitions, staged_paths
+        from txnsource.planning import list_data, plan_partitions, staged_paths
 
         opts = self.options
         store = open_store(opts.path, opts.store)
         coord = TransactionCoordinator(store)
         metas = {t: get_topic(store, t) for t in opts.topics}
+        listed: dict[tuple[str, int], list[str]] = {}
+        if opts.isolation == READ_UNCOMMITTED:
+            # listed before the snapshot: a file committed after the listing is then still in the snapshot
+            for t, meta in metas.items():
+                listed.update(list_data(store, t, meta.partitions))
         snap = consistent_snapshot(coord, opts.topics)
         ranges = batch_ranges(opts.starting, opts.ending, snap, opts.topics)
         staged = None
         if opts.isolation == READ_UNCOMMITTED:
-            staged = {(t, p): staged_paths(store, coord, t, p, snap.seq) for t, p in ranges}
+            staged = {tp: staged_paths(coord, tp[0], tp[1], paths, snap.seq) for tp, paths in listed.items()}
         return plan_partitions(coord, metas, ranges, self.pushed, target_bytes=opts.max_partition_bytes,
                                min_partitions=opts.min_partitions, staged=staged)
 

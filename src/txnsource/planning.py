@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import InputPartition
 
-from txnsource.pushdown import Intervals, Pushdown
+from coordinator.partition import IndexedSegment
+from txnsource.pushdown import Intervals, Pushdown, intersect, normalize
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -27,8 +28,9 @@ if TYPE_CHECKING:
     from coordinator.store import Store
     from coordinator.topics import TopicMeta
 
-#: (path, base_offset, rows, size, crc32, ts, commit_seq, txn, skip, slice_rows): one segment slice, plainly.
-SliceSpec = tuple[str, int, int, int, int, int, int, str, int, int]
+#: (path, base_offset, rows, size, crc32, ts, commit_seq, txn, skip, slice_rows, runs): one segment slice,
+#: plainly; ``runs`` are a compacted segment's (first offset, commit ts, commit_seq) per merged transaction.
+SliceSpec = tuple[str, int, int, int, int, int, int, str, int, int, tuple[tuple[int, int, int], ...]]
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,16 @@ class TxnInputPartition(InputPartition):
 
 def _spec(sl: SegmentSlice) -> SliceSpec:
     s = sl.segment
-    return (s.path, s.base_offset, s.rows, s.size, s.crc32, s.ts, s.commit_seq, s.txn, sl.skip, sl.rows)
+    return (s.path, s.base_offset, s.rows, s.size, s.crc32, s.ts, s.commit_seq, s.txn, sl.skip, sl.rows,
+            tuple(tuple(r) for r in s.runs))  # type: ignore[misc]
+
+
+def _time_allowed(seg: IndexedSegment, push: Pushdown) -> Intervals:
+    """The offsets of ``seg`` whose commit time the pushed ``_timestamp`` constraint allows."""
+    runs = seg.run_list()
+    bounds = [r[0] for r in runs[1:]] + [seg.end_offset]
+    return normalize((first, end) for (first, ts, _seq), end in zip(runs, bounds, strict=True)
+                     if push.allows_timestamp_ms(ts))
 
 
 def _est_bytes(spec: SliceSpec) -> float:
@@ -82,6 +93,7 @@ def plan_partitions(
             snapshot).
     """
     plans: dict[tuple[str, int], list[SliceSpec]] = {}
+    allowed: dict[tuple[str, int], Intervals] = {}
     for (topic, p), (start, end) in sorted(ranges.items()):
         if not (push.allows_topic(topic) and push.allows_partition(p)) or end <= start:
             continue
@@ -93,11 +105,14 @@ def plan_partitions(
             continue
         # one covering slice per segment: a segment is read once even when IN picks several offsets from it
         lo, hi = wanted[0][0], wanted[-1][1]
-        specs = [_spec(sl) for sl in plog.slices(lo, hi) if push.allows_timestamp_ms(sl.segment.ts)]
-        if len(wanted) > 1:
-            specs = [s for s in specs if _touches(s, wanted)]
+        slices = plog.slices(lo, hi)
+        if push.timestamps is not None:
+            by_time = normalize(iv for sl in slices for iv in _time_allowed(sl.segment, push))
+            wanted = intersect(wanted, by_time)
+        specs = [_spec(sl) for sl in slices if _touches(_spec(sl), wanted)]
         if specs:
             plans[(topic, p)] = specs
+            allowed[(topic, p)] = wanted
     total = sum(_est_bytes(s) for specs in plans.values() for s in specs)
     target = float(target_bytes)
     if min_partitions:
@@ -105,8 +120,8 @@ def plan_partitions(
     schemas = {t: m.schema.serialize().to_pybytes() for t, m in metas.items()}
     out: list[TxnInputPartition] = []
     for (topic, p), specs in plans.items():
-        offsets = push.offset_ranges(specs[0][1] + specs[0][8], specs[-1][1] + specs[-1][8] + specs[-1][9])
-        keep = offsets if len(offsets) > 1 else None
+        covered = ((specs[0][1] + specs[0][8], specs[-1][1] + specs[-1][8] + specs[-1][9]),)
+        keep = None if allowed[(topic, p)] == covered else allowed[(topic, p)]
         group: list[SliceSpec] = []
         size = 0.0
         for s in specs:
@@ -129,14 +144,22 @@ def _touches(spec: SliceSpec, ivs: Intervals) -> bool:
     return any(lo < last and first < hi for lo, hi in ivs)
 
 
-def staged_paths(store: Store, coord: TransactionCoordinator, topic: str, partition: int, seq: int) -> list[str]:
-    """Staged files of a partition that no transaction committed at or before log entry ``seq`` published."""
+def list_data(store: Store, topic: str, partitions: int) -> dict[tuple[str, int], list[str]]:
+    """Paths of every file in each partition's data folder (listed before the snapshot is taken)."""
     from coordinator.layout import data_dir
 
+    return {(topic, p): [f"{data_dir(topic, p)}/{n}" for n in store.list(data_dir(topic, p))]
+            for p in range(partitions)}
+
+
+def staged_paths(coord: TransactionCoordinator, topic: str, partition: int, listed: Sequence[str],
+                 seq: int) -> list[str]:
+    """Of the files ``listed`` in a partition's data folder, those no transaction committed at or before log
+    entry ``seq`` published: staged files of open, aborted or undecided transactions (and of commits after the
+    snapshot). Segments replaced by compaction or expired by retention are not staged data."""
     plog = coord.partition(topic, partition)
-    published = {s.path for s in plog.segments if s.commit_seq <= seq}
-    ddir = data_dir(topic, partition)
-    return [f"{ddir}/{n}" for n in store.list(ddir) if f"{ddir}/{n}" not in published]
+    published = {s.path for s in plog.segments if s.runs or s.commit_seq <= seq} | set(plog.retired)
+    return [path for path in listed if path not in published]
 
 
 def read_partition(store: Store, part: TxnInputPartition, target: pa.Schema) -> Iterator[pa.RecordBatch]:
@@ -148,13 +171,13 @@ def read_partition(store: Store, part: TxnInputPartition, target: pa.Schema) -> 
     """
     import pyarrow as pa
 
-    from coordinator.partition import IndexedSegment, SegmentSlice
+    from coordinator.partition import SegmentSlice
     from coordinator.reader import output_schema, read_slices
     from txnsource.pushdown import offset_mask
     from txnsource.schema import conform_batch
 
     schema = output_schema(pa.ipc.read_schema(pa.py_buffer(part.schema_ipc)))
-    slices = [SegmentSlice(IndexedSegment(*s[:8]), s[8], s[9]) for s in part.slices]
+    slices = [SegmentSlice(IndexedSegment(*s[:8], runs=s[10]), s[8], s[9]) for s in part.slices]
     for batch in read_slices(store, part.topic, part.partition, slices, schema):
         if part.offsets is not None:
             batch = batch.filter(pa.array(offset_mask(batch.column("_offset").to_numpy(), part.offsets)))

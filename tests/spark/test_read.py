@@ -521,3 +521,35 @@ def test_s3_credentials_never_show_in_errors_or_reprs(spark: Any, s3_lake: Any) 
     assert len(parts) == 1
     for obj in (batch, batch.options, *parts):
         assert secret not in repr(obj) and options["s3.key"] not in repr(obj)
+
+
+# -- compaction ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pushdown", [True], indirect=True)
+def test_compacted_segments_read_the_same_with_and_without_pushdown(pushdown: Any, with_open_and_aborted: str) -> None:
+    from coordinator import TransactionCoordinator
+    from coordinator.maintenance import compact_partition
+
+    spark, lake = pushdown, with_open_and_aborted
+    produce(lake, "orders", [rows(20, 2), rows(22, 2)], partition=0, tid="more")
+    times = sorted(r.us for r in reader(spark, lake, topic="orders").select(F.unix_micros("_timestamp").alias("us"))
+                   .distinct().collect())
+    wheres = ["true", f"_timestamp > {_ts_literal(times[0])} and _timestamp < {_ts_literal(times[-1])}",
+              f"_timestamp = {_ts_literal(times[1])}", "_offset in (1, 11)"]
+
+    def snapshot_rows() -> list[list[Any]]:
+        out = []
+        for iso in ("read_committed", "read_uncommitted"):
+            for w in wheres:
+                df = reader(spark, lake, topic="orders", isolationLevel=iso).where(w)
+                out.append(sorted(df.select("id", "_partition", "_offset", "_timestamp").collect()))
+        return out
+
+    before = snapshot_rows()
+    report = compact_partition(TransactionCoordinator(open_store(lake)), "orders", 0, target_bytes=1 << 30)
+    assert report is not None
+    assert any(s.runs for s in TransactionCoordinator(open_store(lake)).partition("orders", 0).segments)
+    assert snapshot_rows() == before
+    assert len(before[0]) == 20 and 0 < len(before[2]) < 20 and len(before[3]) == 3
+    assert len(before[4]) == 25  # read_uncommitted adds the 5 staged records
