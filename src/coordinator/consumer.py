@@ -112,7 +112,7 @@ class Consumer:
             self._positions[tp] = plog.start_offset
 
     def seek_to_end(self) -> None:
-        snap = self.coordinator.snapshot(sorted({t for t, _ in self._positions}))
+        snap = self.coordinator.snapshot(sorted({t for t, _ in self._positions}), partitions=self._by_topic())
         for tp in self._positions:
             self._positions[tp] = snap.ends[tp[0]][tp[1]]
 
@@ -124,13 +124,19 @@ class Consumer:
 
     def end_offsets(self) -> dict[TopicPartition, int]:
         """The read_committed end offset (exclusive) of every assigned partition, at a consistent snapshot."""
-        snap = self.coordinator.snapshot(sorted({t for t, _ in self._positions}))
+        snap = self.coordinator.snapshot(sorted({t for t, _ in self._positions}), partitions=self._by_topic())
         return {tp: snap.ends[tp[0]][tp[1]] for tp in self._positions}
 
     def lag(self) -> dict[TopicPartition, int]:
         """Records between this consumer's position and the end, per partition."""
         ends = self.end_offsets()
         return {tp: max(0, ends[tp] - pos) for tp, pos in self._positions.items()}
+
+    def _by_topic(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for t, p in self._positions:
+            out.setdefault(t, []).append(p)
+        return out
 
     def positions(self) -> dict[str, dict[int, int]]:
         """Positions as ``{topic: {partition: next_offset}}``, the shape ``send_offsets_to_transaction`` takes."""
@@ -148,7 +154,7 @@ class Consumer:
         topics = sorted({t for t, _ in self._positions})
         if not topics:
             raise InvalidOptionError("no partitions assigned; call subscribe() or assign()")
-        snap = self.coordinator.snapshot(topics)
+        snap = self.coordinator.snapshot(topics, partitions=self._by_topic())
         tables: list[pa.Table] = []
         left = limit
         for tp in sorted(self._positions):

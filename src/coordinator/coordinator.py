@@ -337,14 +337,19 @@ class TransactionCoordinator:
 
     # -- reading ----------------------------------------------------------------------------------------------
 
-    def snapshot(self, topics: Iterable[str] | None = None) -> Snapshot:
-        """A transaction-consistent cut of ``topics`` (all topics if None) at the current end of the log.
+    def snapshot(
+        self, topics: Iterable[str] | None = None, *, partitions: Mapping[str, Iterable[int]] | None = None
+    ) -> Snapshot:
+        """A transaction-consistent cut of ``topics`` (all topics if None) at the current end of the log; with
+        ``partitions``, only those partitions of each topic named there are opened (a damaged partition does
+        not stop readers of the others).
 
         Prepared commits are rolled forward first, so the cut never shows a transaction in some of its
         partitions only.
 
         Raises:
             TopicNotFoundError: a named topic does not exist.
+            CorruptLogError: a partition's log cannot be read (naming the file).
         """
         names = list(topics) if topics is not None else list_topics(self.store)
         metas = [get_topic(self.store, t) for t in names]
@@ -353,7 +358,9 @@ class TransactionCoordinator:
         ends: dict[str, dict[int, int]] = {}
         starts: dict[str, dict[int, int]] = {}
         for meta in metas:
-            for p in range(meta.partitions):
+            wanted = range(meta.partitions) if partitions is None or meta.name not in partitions \
+                else sorted(set(partitions[meta.name]))
+            for p in wanted:
                 plog = self.partition(meta.name, p)
                 plog.refresh()
                 ends.setdefault(meta.name, {})[p] = plog.end_offset_at(seq)

@@ -160,6 +160,8 @@ class Producer:
         """
         self._check_open()
         meta = self._topic(topic)
+        if isinstance(data, list) and not data:
+            return
         table = conform(to_table(data), meta)
         if table.num_rows == 0:
             return
