@@ -425,3 +425,52 @@ def test_bad_input_is_refused_clearly_and_writes_nothing(backend: Backend) -> No
         Consumer(store, isolation_level="dirty")
     with pytest.raises(InvalidTxnStateError, match="init_transactions"):
         Producer(store, "fresh").begin_transaction()
+
+
+def test_snapshot_never_cuts_inside_a_commit_another_process_is_completing(backend: Backend) -> None:
+    """A reader rolling a prepared commit forward loses a race to another producer's commit point, whose markers
+    are only partly written: the reader's cut must end before that commit, not after it."""
+    from coordinator import faults
+    from coordinator.faults import InjectedCrash
+
+    store = backend.open()
+    make_topic(store, partitions=3)
+    x = Producer(backend.open(), "x")
+    x.init_transactions()
+    x.begin_transaction()
+    x.send("t", rows(range(0, 30), "x"), key="id")
+
+    def crash_after_prepare(name: str) -> None:
+        if name == "txnlog.PrepareCommit.after":
+            raise InjectedCrash(name)
+
+    with faults.injected(crash_after_prepare), pytest.raises(InjectedCrash):
+        x.commit_transaction()  # x is prepared, no markers yet
+    y = Producer(backend.open(), "y")
+    y.init_transactions()
+    y.begin_transaction()
+    y.send("t", rows(range(100, 130), "y"), key="id")
+    y.flush()
+    fired = {"n": 0}
+
+    def y_commits_meanwhile(name: str) -> None:
+        if name == "txnlog.CompleteCommit.before" and fired["n"] == 0:
+            fired["n"] += 1
+            seen = {"markers": 0}
+
+            def y_dies_after_one_marker(point: str) -> None:
+                if point == "marker.after":
+                    seen["markers"] += 1
+                    if seen["markers"] == 1:
+                        raise InjectedCrash(point)
+
+            with faults.injected(y_dies_after_one_marker), pytest.raises(InjectedCrash):
+                y.commit_transaction()
+
+    reader = backend.coordinator()
+    with faults.injected(y_commits_meanwhile):
+        snap = reader.snapshot(["t"])
+    assert fired["n"] == 1
+    ids = sorted(read_snapshot(backend.open(), ["t"], snapshot=snap, coordinator=reader)["t"].column("id").to_pylist())
+    assert ids == list(range(30)), "the cut holds x entirely and nothing of y"
+    assert committed_ids(backend) == list(range(30)) + list(range(100, 130))

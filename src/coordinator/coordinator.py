@@ -354,7 +354,10 @@ class TransactionCoordinator:
         names = list(topics) if topics is not None else list_topics(self.store)
         metas = [get_topic(self.store, t) for t in names]
         self.complete_pending()
-        seq = self.log.state.seq
+        state = self.log.state
+        # Completing may have read newer entries, including commit points whose markers another process is
+        # still writing: cut just before the oldest one still pending.
+        seq = min([state.seq] + [e.seq - 1 for e in state.pending.values()])
         ends: dict[str, dict[int, int]] = {}
         starts: dict[str, dict[int, int]] = {}
         for meta in metas:

@@ -113,8 +113,9 @@ def read_range(
 
 
 def uncommitted_paths(store: Store, plog: PartitionLog) -> list[str]:
-    """Staged segment files of a partition that no commit marker names (open, aborted or undecided)."""
-    published = {s.path for s in plog.segments}
+    """Staged segment files of a partition that no commit marker names (open, aborted or undecided); segments
+    replaced by compaction or expired by retention are not staged data and are left out."""
+    published = {s.path for s in plog.segments} | set(plog.retired)
     ddir = data_dir(plog.topic, plog.partition)
     return [f"{ddir}/{n}" for n in store.list(ddir) if f"{ddir}/{n}" not in published]
 

@@ -54,7 +54,7 @@ class TxnLogBatchReader(DataSourceReader):
         from coordinator.coordinator import TransactionCoordinator
         from coordinator.store import open_store
         from coordinator.topics import get_topic
-        from txnsource.offsets import batch_ranges, consistent_snapshot
+        from txnsource.offsets import batch_ranges
         from txnsource.planning import list_data, plan_partitions, staged_paths
 
         opts = self.options
@@ -66,7 +66,7 @@ class TxnLogBatchReader(DataSourceReader):
             # listed before the snapshot: a file committed after the listing is then still in the snapshot
             for t, meta in metas.items():
                 listed.update(list_data(store, t, meta.partitions))
-        snap = consistent_snapshot(coord, opts.topics)
+        snap = coord.snapshot(opts.topics)
         ranges = batch_ranges(opts.starting, opts.ending, snap, opts.topics)
         staged = None
         if opts.isolation == READ_UNCOMMITTED:

@@ -15,33 +15,10 @@ from coordinator.errors import InvalidOptionError
 from txnsource.options import EARLIEST, JSON_EARLIEST, JSON_LATEST, LATEST, OffsetSpec
 
 if TYPE_CHECKING:
-    from coordinator.coordinator import Snapshot, TransactionCoordinator
+    from coordinator.coordinator import Snapshot
 
 #: (topic, partition) -> offset.
 Positions = dict[tuple[str, int], int]
-
-
-def consistent_snapshot(coord: TransactionCoordinator, topics: tuple[str, ...]) -> Snapshot:
-    """A transaction-consistent cut of ``topics``: :meth:`TransactionCoordinator.snapshot`, moved back before the
-    first commit still being completed when there is one.
-
-    ``snapshot()`` rolls prepared commits forward and then cuts at the log's current end; a concurrent producer
-    may append its next commit point in between (the roll-forward's own appends re-read the log), leaving a
-    prepared transaction inside the cut whose markers are only partly written. Cutting just before the earliest
-    such commit point keeps every transaction in the cut entirely, or out of it.
-
-    Raises:
-        TopicNotFoundError: a topic does not exist.
-    """
-    from coordinator.coordinator import Snapshot
-
-    snap = coord.snapshot(topics)
-    pending = [e.seq for e in coord.log.state.pending.values() if e.seq <= snap.seq]
-    if not pending:
-        return snap
-    seq = min(pending) - 1
-    ends = {t: {p: coord.partition(t, p).end_offset_at(seq) for p in parts} for t, parts in snap.ends.items()}
-    return Snapshot(seq, ends, snap.starts)
 
 
 def _spec_text(spec: OffsetSpec) -> str:

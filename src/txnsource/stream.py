@@ -29,7 +29,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from txnsource.offsets import Positions, consistent_snapshot, from_json, resolve, to_json
+from txnsource.offsets import Positions, from_json, resolve, to_json
 from txnsource.options import LATEST, ReadOptions, parse_options
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._coord
 
     def _snapshot(self) -> Snapshot:
-        snap = consistent_snapshot(self._coordinator(), self.options.topics)
+        snap = self._coordinator().snapshot(self.options.topics)
         self._latest = {(t, p): e for t, ends in snap.ends.items() for p, e in ends.items()}
         return snap
 
