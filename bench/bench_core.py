@@ -43,10 +43,10 @@ def make_table(rows: int, seed: int = 7) -> pa.Table:
 
 @contextmanager
 def s3_endpoint() -> Iterator[tuple[str, dict[str, str]]]:
+    import logging
+
     import boto3
     from moto.server import ThreadedMotoServer
-
-    import logging
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
@@ -120,7 +120,8 @@ def main() -> None:
         results["s3 (loopback)"] = (bench_commits(open_store(url + "/c", opts), args.commits),
                                     bench_throughput(open_store(url + "/t", opts), table))
     print("\nCommit cost (median latency; store requests per commit)")
-    print(f"{'store':<15}{'partitions':>11}{'commit ms':>11}{'cond. writes':>14}{'limit (N+2)':>13}{'all requests':>14}")
+    print(f"{'store':<15}{'partitions':>11}{'commit ms':>11}{'cond. writes':>14}{'limit (N+2)':>13}"
+          f"{'all requests':>14}")
     for name, (commits, _) in results.items():
         for touched, ms, cond, total in commits:
             print(f"{name:<15}{touched:>11}{ms:>11.1f}{cond:>14.1f}{touched + 2:>13}{total:>14.1f}")
