@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import builtins
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
 
-from coordinator import Store, TransactionCoordinator, create_topic, open_store, read_snapshot
+from coordinator import (
+    CommitStateUnknownError,
+    Store,
+    TransactionCoordinator,
+    create_topic,
+    open_store,
+    read_snapshot,
+)
+from coordinator.store import ObjectInfo
 
 SCHEMA = pa.schema([("id", pa.int64()), ("txn", pa.string())])
 
@@ -55,3 +64,43 @@ def check_dense(table: pa.Table) -> None:
 
 def duplicates(ids: Iterable[int]) -> list[int]:
     return [i for i, n in Counter(ids).items() if n > 1]
+
+
+class LostReplyStore(Store):
+    """A real store whose conditional writes are applied but whose replies can be lost, as a network partition does
+    to a client. :meth:`lose` decides per write: None (the reply arrives), ``"read back"`` (the client reads the
+    object to learn the outcome) or ``"unknown"`` (the read-back fails too: ``CommitStateUnknownError``)."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner.url)
+        self.inner = inner
+
+    def lose(self, path: str) -> str | None:
+        return None
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        created = self.inner.put_if_absent(path, data)
+        outcome = self.lose(path)
+        if outcome == "unknown":
+            raise CommitStateUnknownError(f"reply of the conditional write of {path} was lost")
+        if outcome == "read back":
+            return self._read_back_equal(path, data)
+        return created
+
+    def put(self, path: str, data: bytes) -> None:
+        self.inner.put(path, data)
+
+    def get(self, path: str) -> bytes:
+        return self.inner.get(path)
+
+    def list(self, prefix: str, start_after: str | None = None) -> builtins.list[str]:
+        return self.inner.list(prefix, start_after)
+
+    def list_dirs(self, prefix: str) -> builtins.list[str]:
+        return self.inner.list_dirs(prefix)
+
+    def list_info(self, prefix: str) -> builtins.list[ObjectInfo]:
+        return self.inner.list_info(prefix)
+
+    def delete(self, path: str) -> None:
+        self.inner.delete(path)

@@ -26,7 +26,7 @@ from coordinator import (
     stage_segment,
 )
 from coordinator.records import TxnState
-from core_helpers import SCHEMA, Backend, committed_ids, make_topic, rows
+from core_helpers import SCHEMA, Backend, LostReplyStore, committed_ids, make_topic, rows
 
 
 def test_commit_publishes_atomically_with_dense_offsets_in_commit_order(backend: Backend) -> None:
@@ -328,47 +328,23 @@ def test_opening_the_log_costs_few_requests_whatever_its_length(backend: Backend
     assert costs[-1] <= costs[0] + 10, costs
 
 
-class LostReplyStore(Store):
-    """A real store whose conditional writes are applied but whose replies are lost, and whose reads can be made
-    to fail: what a network partition does to a client."""
+class OneLostReply(LostReplyStore):
+    """Loses the reply of the next transaction-log write; with ``reads_fail``, the read-back fails too."""
 
     def __init__(self, inner: Store) -> None:
-        super().__init__(inner.url)
-        self.inner = inner
+        super().__init__(inner)
         self.lose_next_reply = False
         self.reads_fail = False
 
-    def put_if_absent(self, path: str, data: bytes) -> bool:
-        created = self.inner.put_if_absent(path, data)
+    def lose(self, path: str) -> str | None:
         if self.lose_next_reply and "_txn/log" in path:
             self.lose_next_reply = False
-            # The client cannot know: it asks the store what is there now.
-            if self.reads_fail:
-                raise CommitStateUnknownError(f"reply of conditional write {path} lost and read-back failed")
-            return self._read_back_equal(path, data)
-        return created
-
-    def put(self, path: str, data: bytes) -> None:
-        self.inner.put(path, data)
-
-    def get(self, path: str) -> bytes:
-        return self.inner.get(path)
-
-    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
-        return self.inner.list(prefix, start_after)
-
-    def list_dirs(self, prefix: str) -> list[str]:
-        return self.inner.list_dirs(prefix)
-
-    def list_info(self, prefix: str):  # type: ignore[no-untyped-def]
-        return self.inner.list_info(prefix)
-
-    def delete(self, path: str) -> None:
-        self.inner.delete(path)
+            return "unknown" if self.reads_fail else "read back"
+        return None
 
 
 def test_lost_reply_of_commit_point_is_resolved_by_reading_back(backend: Backend) -> None:
-    store = LostReplyStore(backend.open())
+    store = OneLostReply(backend.open())
     make_topic(store)
     p = Producer(store, "lr")
     p.init_transactions()
@@ -382,7 +358,7 @@ def test_lost_reply_of_commit_point_is_resolved_by_reading_back(backend: Backend
 
 
 def test_unknown_commit_outcome_is_reported_then_resolved_by_init(backend: Backend) -> None:
-    store = LostReplyStore(backend.open())
+    store = OneLostReply(backend.open())
     make_topic(store)
     p = Producer(store, "lr2")
     p.init_transactions()

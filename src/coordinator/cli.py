@@ -60,24 +60,23 @@ def _positive(text: str) -> int:
     return v
 
 
-def _grace_seconds(text: str) -> float:
+def _seconds_arg(text: str, *, zero_ok: bool) -> float:
     try:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not v >= 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a non-negative number of seconds, got {text!r}")
+    if v != v or v == float("inf") or v < 0 or (v == 0 and not zero_ok):
+        kind = "non-negative" if zero_ok else "positive"
+        raise argparse.ArgumentTypeError(f"expected a {kind} number of seconds, got {text!r}")
     return v
 
 
 def _seconds(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not v > 0 or v != v or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return v
+    return _seconds_arg(text, zero_ok=False)
+
+
+def _grace_seconds(text: str) -> float:
+    return _seconds_arg(text, zero_ok=True)
 
 
 def _common(suppress: bool) -> argparse.ArgumentParser:

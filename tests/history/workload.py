@@ -17,7 +17,6 @@ consume-transform-produce step. Faults:
 
 from __future__ import annotations
 
-import builtins
 import multiprocessing
 import random
 import threading
@@ -45,7 +44,7 @@ from coordinator import (
     read_snapshot,
 )
 from coordinator.faults import InjectedCrash
-from coordinator.store import ObjectInfo
+from core_helpers import LostReplyStore
 from history.checker import FAILED, OK, UNKNOWN, History, MiscOp, ReadOp, TxnOp
 
 SCHEMA = pa.schema([pa.field("v", pa.string(), nullable=False)])
@@ -71,41 +70,20 @@ def err(exc: BaseException) -> str:
     return text
 
 
-class LostReplyStore(Store):
-    """A real store whose conditional writes are applied, but whose reply is lost at ``rate``: the client then
-    either reads the object back to learn the outcome, or (half the time) gives up with CommitStateUnknownError."""
+class RandomLostReplies(LostReplyStore):
+    """Conditional writes whose reply is lost at ``rate``: the client then either reads the object back to learn
+    the outcome, or (half the time) gives up with CommitStateUnknownError."""
 
     def __init__(self, inner: Store, rng: random.Random, rate: float, on_fault: Callable[[], None]) -> None:
-        super().__init__(inner.url)
-        self.inner, self.rng, self.rate, self.on_fault = inner, rng, rate, on_fault
+        super().__init__(inner)
+        self.rng, self.rate, self.on_fault = rng, rate, on_fault
         self.enabled = True
 
-    def put_if_absent(self, path: str, data: bytes) -> bool:
-        created = self.inner.put_if_absent(path, data)
+    def lose(self, path: str) -> str | None:
         if self.enabled and self.rng.random() < self.rate:
             self.on_fault()
-            if self.rng.random() < 0.5:
-                raise CommitStateUnknownError(f"reply of the conditional write of {path} was lost")
-            return self._read_back_equal(path, data)
-        return created
-
-    def put(self, path: str, data: bytes) -> None:
-        self.inner.put(path, data)
-
-    def get(self, path: str) -> bytes:
-        return self.inner.get(path)
-
-    def list(self, prefix: str, start_after: str | None = None) -> builtins.list[str]:
-        return self.inner.list(prefix, start_after)
-
-    def list_dirs(self, prefix: str) -> builtins.list[str]:
-        return self.inner.list_dirs(prefix)
-
-    def list_info(self, prefix: str) -> builtins.list[ObjectInfo]:
-        return self.inner.list_info(prefix)
-
-    def delete(self, path: str) -> None:
-        self.inner.delete(path)
+            return "unknown" if self.rng.random() < 0.5 else "read back"
+        return None
 
 
 @dataclass(frozen=True)
@@ -197,7 +175,7 @@ class Worker:
         inner = open_store(self.spec.url, self.spec.options)
         if not self.spec.lost_reply_rate:
             return inner
-        s = LostReplyStore(inner, self.fault_rng, self.spec.lost_reply_rate, self._lost_reply)
+        s = RandomLostReplies(inner, self.fault_rng, self.spec.lost_reply_rate, self._lost_reply)
         self.stores.append(s)
         return s
 
