@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from conftest import TEST_KEY, TEST_SECRET, S3Lake
 from coordinator import ProducerFencedError, TransactionCoordinator, open_store
 from coordinator.cli import main
 from coordinator.cli_config import DEFAULT_RETRY_ATTEMPTS, Settings, load_settings, read_config_file
@@ -24,6 +23,7 @@ from coordinator.coordinator import DEFAULT_TRANSACTION_TIMEOUT_MS, DEFAULT_TRAN
 from coordinator.layout import marker_path
 from coordinator.records import TxnState
 from coordinator.s3store import S3Store
+from s3_lake import TEST_KEY, TEST_SECRET, S3Lake
 from test_inspect import GROUP, TOPIC, Lake, build_lake, committed_ids
 
 ROOT = Path(__file__).resolve().parents[1]

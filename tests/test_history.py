@@ -16,12 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import S3Lake
 from coordinator import MemoryStore, Producer, ProducerFencedError, faults, open_store
 from coordinator.faults import InjectedCrash
 from history.checker import FAILED, OK, RULES, UNKNOWN, History, MiscOp, ReadOp, TxnOp, check
 from history.run import Summary, main, run
 from history.workload import params_for, run_history
+from s3_lake import S3Lake
 
 
 def _assert_clean(summary: Summary) -> None:

@@ -13,7 +13,6 @@ import botocore.session
 import pyarrow as pa
 import pytest
 
-from conftest import TEST_KEY, TEST_REGION, TEST_SECRET, S3Lake
 from coordinator import (
     Consumer,
     Producer,
@@ -24,6 +23,7 @@ from coordinator import (
     open_store,
 )
 from coordinator.cli import main
+from s3_lake import TEST_KEY, TEST_REGION, TEST_SECRET, S3Lake
 
 SECRETS = (TEST_KEY, TEST_SECRET)
 

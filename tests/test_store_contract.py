@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TEST_KEY, TEST_SECRET, S3Lake
 from coordinator.errors import InvalidOptionError, StoreError, UnsupportedStoreError
 from coordinator.store import TEMP_PREFIX, LocalStore, MemoryStore, Store, open_store, probe_conditional_writes
+from s3_lake import TEST_KEY, TEST_SECRET, S3Lake
 from s3faults import FaultProxy
 
 BIG = 1 << 20
