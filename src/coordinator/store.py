@@ -93,6 +93,10 @@ class ObjectInfo:
 class StoreOptions:
     """Store access options, as the Spark options and the CLI take them. Never persisted; ``repr`` hides secrets."""
 
+    #: The option keys (lower case) :meth:`from_options` reads.
+    KEYS = frozenset({"s3.endpoint", "s3.key", "s3.secret", "s3.region", "s3.token", "s3.maxattempts",
+                      "s3.timebudget", "s3.connecttimeout", "s3.readtimeout"})
+
     endpoint: str | None = None
     key: str | None = field(default=None, repr=False)
     secret: str | None = field(default=None, repr=False)

@@ -26,13 +26,8 @@ KNOWN_OPTIONS = frozenset(
         "partitionkey",
         "transactionalid",
         "checkpointlocation",
-        "s3.endpoint",
-        "s3.key",
-        "s3.secret",
-        "s3.region",
-        "s3.token",
     }
-)
+) | StoreOptions.KEYS
 
 
 @dataclass(frozen=True)

@@ -56,10 +56,10 @@ DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
 #: An offsets option: ``"earliest"``, ``"latest"``, or topic -> partition -> offset (-2 earliest, -1 latest).
 OffsetSpec = str | Mapping[str, Mapping[int, int]]
 
-_STORE_KEYS = frozenset({"s3.endpoint", "s3.key", "s3.secret", "s3.region", "s3.token"})
+_STORE_KEYS = StoreOptions.KEYS
 _COMMON_KEYS = frozenset({"path", "topic", "startingoffsets", "isolationlevel", "maxpartitionbytes",
                           "minpartitions"}) | _STORE_KEYS
-_STREAM_ONLY_KEYS = frozenset({"maxrecordspertrigger", "groupid"})
+_STREAM_ONLY_KEYS = frozenset({"maxrecordspertrigger", "groupid", "failondataloss"})
 _BATCH_ONLY_KEYS = frozenset({"endingoffsets"})
 _SECRET_KEYS = frozenset({"s3.key", "s3.secret", "s3.token"})
 _SECRET_WORDS = ("key", "secret", "token", "password", "credential")
@@ -77,6 +77,8 @@ class ReadOptions:
         isolation: ``read_committed`` or ``read_uncommitted``.
         max_records_per_trigger: stream row limit per micro-batch, or None.
         group_id: stream consumer group, or None.
+        fail_on_data_loss: a stream whose next offset was removed by retention fails (True, the default) or skips
+            ahead to the log start (False), like Spark's Kafka source.
         max_partition_bytes: target bytes of one Spark input partition.
         min_partitions: lower bound on the number of input partitions, or None.
         store: store access options (credentials hidden from ``repr``).
@@ -89,6 +91,7 @@ class ReadOptions:
     isolation: str = READ_COMMITTED
     max_records_per_trigger: int | None = None
     group_id: str | None = None
+    fail_on_data_loss: bool = True
     max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
     min_partitions: int | None = None
     store: StoreOptions = field(default_factory=StoreOptions, repr=False)
@@ -137,6 +140,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None) -> Read
         isolation=isolation,
         max_records_per_trigger=_positive_int("maxRecordsPerTrigger", lower.get("maxrecordspertrigger")),
         group_id=_parse_group(lower.get("groupid")),
+        fail_on_data_loss=_parse_bool("failOnDataLoss", lower.get("failondataloss"), default=True),
         max_partition_bytes=_positive_int("maxPartitionBytes", lower.get("maxpartitionbytes"))
         or DEFAULT_MAX_PARTITION_BYTES,
         min_partitions=_positive_int("minPartitions", lower.get("minpartitions")),
@@ -181,6 +185,15 @@ def _parse_isolation(raw: str | None, streaming: bool) -> str:
             "offsets, so a stream could not track or replay them; use a batch read"
         )
     return level
+
+
+def _parse_bool(key: str, raw: str | None, *, default: bool) -> bool:
+    if raw is None or not raw.strip():
+        return default
+    word = raw.strip().lower()
+    if word not in ("true", "false"):
+        raise InvalidOptionError(f"option {key!r} = {raw!r} must be 'true' or 'false'")
+    return word == "true"
 
 
 def _positive_int(key: str, raw: str | None) -> int | None:

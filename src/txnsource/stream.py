@@ -116,6 +116,8 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for p, end in snap.ends[topic].items():
                 tp = (topic, p)
                 s = begin.get(tp, snap.starts[topic][p])
+                if s < snap.starts[topic][p] and not self.options.fail_on_data_loss:
+                    s = snap.starts[topic][p]
                 e = end if self._target is None else min(end, self._target.get(tp, s))
                 base[tp] = s
                 lags[tp] = max(0, e - s)
@@ -134,6 +136,7 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """Input partitions for offsets ``[start, end)``, planned like a batch read (empty when equal)."""
+        from coordinator.errors import OffsetOutOfRangeError
         from coordinator.topics import get_topic
         from txnsource.planning import plan_partitions
         from txnsource.pushdown import Pushdown
@@ -143,7 +146,16 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         coord = self._coordinator()
         ranges: dict[tuple[str, int], tuple[int, int]] = {}
         for tp, e in hi.items():
-            s = lo[tp] if tp in lo else coord.partition(*tp).start_offset
+            plog = coord.partition(*tp)
+            plog.refresh()
+            s = lo.get(tp, plog.start_offset)
+            if s < plog.start_offset:
+                if self.options.fail_on_data_loss:
+                    raise OffsetOutOfRangeError(
+                        f"offset {s} of {tp[0]}/{tp[1]} is below the log start {plog.start_offset}: retention "
+                        "removed those records. Set option failOnDataLoss=false to skip ahead to the log start"
+                    )
+                s = plog.start_offset
             if e > s:
                 ranges[tp] = (s, e)
         for topic in {t for t, _ in ranges}:
