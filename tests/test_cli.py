@@ -431,3 +431,24 @@ def test_compact_and_gc_commands(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert read_snapshot(open_store(url), ["m"])["m"].num_rows == 12
     assert main(["--store", url, "gc", "--grace", "-1"]) == 2
     assert main(["--store", url, "compact", "nope"]) == 3
+
+
+def test_s3_compact_and_gc(s3_lake: S3Lake, capsys: pytest.CaptureFixture[str]) -> None:
+    import pyarrow as pa
+
+    from coordinator import Producer, create_topic, read_snapshot
+
+    store = open_store(s3_lake.url, s3_lake.options)
+    create_topic(store, "m", pa.schema([("id", pa.int64())]), 1)
+    p = Producer(store, "m")
+    p.init_transactions()
+    for i in range(5):
+        with p.transaction():
+            p.send("m", [{"id": i}], partition=0)
+    flags = _s3_flags(s3_lake) + ["--s3-key", TEST_KEY, "--s3-secret", TEST_SECRET]
+    [row] = run_json(capsys, *flags, "compact", "m")
+    assert (row["segments_before"], row["segments_after"]) == (5, 1)
+    assert run_json(capsys, *flags, "gc", "--grace", "0")["files"] == 5
+    table = read_snapshot(open_store(s3_lake.url, s3_lake.options), ["m"])["m"].sort_by("_offset")
+    assert table.column("id").to_pylist() == [0, 1, 2, 3, 4]
+    assert table.column("_offset").to_pylist() == [0, 1, 2, 3, 4]
