@@ -298,7 +298,7 @@ def test_snapshot_is_transaction_consistent_across_topics(backend: Backend) -> N
 def test_commit_costs_touched_partitions_plus_two_conditional_writes(backend: Backend) -> None:
     store = backend.open()
     make_topic(store, partitions=16)
-    coord = TransactionCoordinator(store, checkpoint_interval=0)
+    coord = TransactionCoordinator(store, checkpoint_interval=2)  # checkpoints must not add conditional writes
     ident = coord.init_producer("cost")
     for touched in (1, 4, 16):
         segs = [stage_segment(store, "t", p, pa.Table.from_pylist(rows([p], "c"), schema=SCHEMA), f"c{touched}-{p}")

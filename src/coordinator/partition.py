@@ -282,8 +282,8 @@ class PartitionLog:
                 "retired": self.retired,
             }
             faults.point("partition.checkpoint.before")
-            self.store.put_if_absent(partition_checkpoint_path(self.topic, self.partition, self.next_idx - 1),
-                                     encode_json(d))
+            # A plain put, as for the transaction log's checkpoints: same bytes from any writer, no conditional write.
+            self.store.put(partition_checkpoint_path(self.topic, self.partition, self.next_idx - 1), encode_json(d))
             faults.point("partition.checkpoint.after")
 
     # -- reading ----------------------------------------------------------------------------------------------
