@@ -59,3 +59,17 @@ def close_admin(endpoint: str) -> None:
     admin = _ADMIN.pop(endpoint, None)
     if admin is not None:
         admin.close()
+
+
+def bucket_objects(lake: S3Lake) -> dict[str, bytes]:
+    """Every object of the lake's bucket: key -> bytes."""
+    client = botocore.session.get_session().create_client(
+        "s3", endpoint_url=lake.endpoint, aws_access_key_id=TEST_KEY, aws_secret_access_key=TEST_SECRET,
+        region_name=TEST_REGION,
+    )
+    out = {}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=lake.bucket):
+        for obj in page.get("Contents", []):
+            out[obj["Key"]] = client.get_object(Bucket=lake.bucket, Key=obj["Key"])["Body"].read()
+    client.close()
+    return out

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import botocore.session
 import pyarrow as pa
 import pytest
 
@@ -23,22 +22,9 @@ from coordinator import (
     open_store,
 )
 from coordinator.cli import main
-from s3_lake import TEST_KEY, TEST_REGION, TEST_SECRET, S3Lake
+from s3_lake import TEST_KEY, TEST_REGION, TEST_SECRET, S3Lake, bucket_objects
 
 SECRETS = (TEST_KEY, TEST_SECRET)
-
-
-def bucket_objects(lake: S3Lake) -> dict[str, bytes]:
-    client = botocore.session.get_session().create_client(
-        "s3", endpoint_url=lake.endpoint, aws_access_key_id=TEST_KEY, aws_secret_access_key=TEST_SECRET,
-        region_name=TEST_REGION,
-    )
-    out = {}
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=lake.bucket):
-        for obj in page.get("Contents", []):
-            out[obj["Key"]] = client.get_object(Bucket=lake.bucket, Key=obj["Key"])["Body"].read()
-    client.close()
-    return out
 
 
 def assert_clean(text: str, where: str) -> None:
