@@ -29,6 +29,7 @@ from pyspark.sql.types import (
     TimestampNTZType,
     TimestampType,
 )
+from read_helpers import SCHEMA, produce, rows
 
 from coordinator import Producer, ProducerConfig, add_partitions, create_topic, faults, open_store
 from coordinator.faults import InjectedCrash
@@ -36,7 +37,6 @@ from coordinator.layout import data_dir
 
 pytestmark = pytest.mark.spark
 
-SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string())])
 META = [
     StructField("_topic", StringType(), False),
     StructField("_partition", IntegerType(), False),
@@ -46,18 +46,6 @@ META = [
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
 
-def rows(start: int, n: int) -> list[dict[str, Any]]:
-    return [{"id": i, "name": f"n{i}"} for i in range(start, start + n)]
-
-
-def produce(lake: str, topic: str, txns: list[list[dict[str, Any]]], *, partition: int | None = 0,
-            tid: str = "writer", options: dict[str, str] | None = None) -> None:
-    """One committed transaction per list in ``txns``, each one segment in ``partition``."""
-    producer = Producer(lake, tid, options=options)
-    producer.init_transactions()
-    for data in txns:
-        with producer.transaction():
-            producer.send(topic, data, partition=partition)
 
 
 def reader(spark: Any, lake: str, **options: Any) -> Any:

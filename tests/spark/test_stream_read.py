@@ -8,29 +8,17 @@ import os
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from pyspark.errors import AnalysisException, StreamingQueryException
+from read_helpers import SCHEMA, produce, rows
 
 from coordinator import Producer, TransactionCoordinator, add_partitions, create_topic, open_store
 from txnsource.stream import allocate
 
 pytestmark = pytest.mark.spark
 
-SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string())])
 
 
-def rows(start: int, n: int) -> list[dict[str, Any]]:
-    return [{"id": i, "name": f"n{i}"} for i in range(start, start + n)]
-
-
-def produce(lake: str, topic: str, txns: list[list[dict[str, Any]]], *, partition: int | None = 0,
-            tid: str = "writer", options: dict[str, str] | None = None) -> None:
-    producer = Producer(lake, tid, options=options)
-    producer.init_transactions()
-    for data in txns:
-        with producer.transaction():
-            producer.send(topic, data, partition=partition)
 
 
 class Run:
