@@ -452,3 +452,22 @@ def test_s3_compact_and_gc(s3_lake: S3Lake, capsys: pytest.CaptureFixture[str]) 
     table = read_snapshot(open_store(s3_lake.url, s3_lake.options), ["m"])["m"].sort_by("_offset")
     assert table.column("id").to_pylist() == [0, 1, 2, 3, 4]
     assert table.column("_offset").to_pylist() == [0, 1, 2, 3, 4]
+
+
+def test_s3_inspection_and_sweep_commands(s3_lake: S3Lake, capsys: pytest.CaptureFixture[str]) -> None:
+    lake = build_lake(s3_lake.url, dict(s3_lake.options), hung_timeout_ms=1)
+    flags = _s3_flags(s3_lake) + ["--s3-key", TEST_KEY, "--s3-secret", TEST_SECRET]
+    desc = run_json(capsys, *flags, "describe", TOPIC)
+    assert desc["partitions"] == 2 and desc["records"] == 10
+    txns = run_json(capsys, *flags, "txns")
+    assert [d["txn"] for d in txns["in_doubt"]] == [lake.in_doubt_txn]
+    assert [p["tid"] for p in txns["open"]] == ["hung"]
+    assert [g["group"] for g in run_json(capsys, *flags, "groups")] == [GROUP]
+    lag = run_json(capsys, *flags, "lag", "--group", GROUP)
+    assert {(r["partition"], r["committed"]) for r in lag} >= {(0, 2)}
+    assert run_json(capsys, *flags, "expire", "--dry-run")["timed_out"] == ["hung"]
+    assert run_json(capsys, *flags, "create-topic", "more", "--schema", "id:int64", "--partitions", "3")
+    code, out, _err = run(capsys, *flags, "coordinator", "run", "--once")
+    assert code == 0 and "rolled forward 1" in out and "aborted 1 (hung)" in out
+    assert run_json(capsys, *flags, "describe", TOPIC)["records"] == 11  # the in-doubt commit is now visible
+    assert run_json(capsys, *flags, "txns")["in_doubt"] == []
