@@ -123,14 +123,23 @@ def uncommitted_paths(store: Store, plog: PartitionLog) -> list[str]:
 def read_uncommitted(
     store: Store, plog: PartitionLog, schema: pa.Schema, paths: Sequence[str] | None = None
 ) -> Iterator[pa.RecordBatch]:
-    """Yield the records of staged, unpublished segments (null ``_offset``). Files vanishing under GC are
-    skipped."""
+    """Yield the records of a partition's staged, unpublished segments (all of them, or ``paths``)."""
+    staged = uncommitted_paths(store, plog) if paths is None else paths
+    yield from read_staged(store, plog.topic, plog.partition, staged, schema)
+
+
+def read_staged(
+    store: Store, topic: str, partition: int, paths: Sequence[str], schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    """Yield the records of staged segment files as batches of ``schema`` with a null ``_offset`` and
+    ``_timestamp``. A file gone (GC) or unreadable (a crashed writer's) is skipped: uncommitted data carries no
+    promise."""
     from coordinator.errors import CorruptLogError
 
-    for path in uncommitted_paths(store, plog) if paths is None else paths:
+    for path in paths:
         try:
             table = read_segment(store, path)
         except CorruptLogError:
             continue
-        full = _with_metadata(table, _full_schema(schema, table), plog.topic, plog.partition, None, None)
+        full = _with_metadata(table, _full_schema(schema, table), topic, partition, None, None)
         yield from full.select(schema.names).cast(schema).to_batches()

@@ -172,7 +172,7 @@ def read_partition(store: Store, part: TxnInputPartition, target: pa.Schema) -> 
     import pyarrow as pa
 
     from coordinator.partition import SegmentSlice
-    from coordinator.reader import output_schema, read_slices
+    from coordinator.reader import output_schema, read_slices, read_staged
     from txnsource.pushdown import offset_mask
     from txnsource.schema import conform_batch
 
@@ -183,30 +183,5 @@ def read_partition(store: Store, part: TxnInputPartition, target: pa.Schema) -> 
             batch = batch.filter(pa.array(offset_mask(batch.column("_offset").to_numpy(), part.offsets)))
         if batch.num_rows:
             yield conform_batch(batch, target)
-    for path in part.staged:
-        batch_iter = _read_staged(store, part.topic, part.partition, path, schema)
-        for batch in batch_iter:
-            yield conform_batch(batch, target)
-
-
-def _read_staged(store: Store, topic: str, partition: int, path: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """Records of one staged file with a null ``_offset`` and ``_timestamp``; a file gone (GC) or unreadable
-    (still being written by a crashed task) is skipped, as uncommitted data carries no promise."""
-    import pyarrow as pa
-
-    from coordinator.errors import CorruptLogError
-    from coordinator.reader import TIMESTAMP_TYPE
-    from coordinator.segments import read_segment
-
-    try:
-        table = read_segment(store, path)
-    except CorruptLogError:
-        return
-    n = table.num_rows
-    cols = {f.name: table.column(f.name) for f in table.schema}
-    cols["_topic"] = pa.chunked_array([pa.array([topic] * n, pa.string())])
-    cols["_partition"] = pa.chunked_array([pa.array([partition] * n, pa.int32())])
-    cols["_offset"] = pa.chunked_array([pa.nulls(n, pa.int64())])
-    cols["_timestamp"] = pa.chunked_array([pa.nulls(n, TIMESTAMP_TYPE)])
-    names = [f.name for f in schema if f.name in cols]
-    yield from pa.table({c: cols[c] for c in names}).to_batches()
+    for batch in read_staged(store, part.topic, part.partition, part.staged, schema):
+        yield conform_batch(batch, target)
