@@ -228,8 +228,6 @@ class Producer:
         except ProducerFencedError:
             self._fenced = True
             raise
-        except TxnLogError:
-            raise
         for seg in self._staged:
             if seg.seq is not None:
                 k = (seg.topic, seg.partition)

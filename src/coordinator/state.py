@@ -9,7 +9,7 @@ durable entry.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from coordinator.errors import CorruptLogError, InvalidTxnStateError, ProducerFencedError
@@ -215,9 +215,6 @@ class CoordinatorState:
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptLogError(f"coordinator checkpoint {where} is corrupt: {exc}") from exc
         return st
-
-    def copy_producer(self, tid: str, **changes: Any) -> ProducerMeta:
-        return replace(self.producers[tid], **changes)
 
 
 def _seq_key(tid: str, topic: str, partition: int) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import pyarrow as pa
 
@@ -193,13 +192,3 @@ def conform(table: pa.Table, meta: TopicMeta) -> pa.Table:
             raise SchemaMismatchError(f"column {f.name!r} of topic {meta.name!r} is not nullable but has nulls")
         cols.append(col)
     return pa.Table.from_arrays(cols, schema=want)
-
-
-def describe_json(meta: TopicMeta) -> dict[str, Any]:
-    return {
-        "name": meta.name,
-        "partitions": meta.partitions,
-        "fields": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in meta.schema],
-        "config": dict(meta.config),
-        "version": meta.version,
-    }
