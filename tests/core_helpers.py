@@ -93,8 +93,11 @@ class LostReplyStore(Store):
     def get(self, path: str) -> bytes:
         return self.inner.get(path)
 
-    def list(self, prefix: str, start_after: str | None = None) -> builtins.list[str]:
-        return self.inner.list(prefix, start_after)
+    def list(self, prefix: str, start_after: str | None = None, limit: int | None = None) -> builtins.list[str]:
+        return self.inner.list(prefix, start_after, limit)
+
+    def now(self) -> float:
+        return self.inner.now()
 
     def list_dirs(self, prefix: str) -> builtins.list[str]:
         return self.inner.list_dirs(prefix)

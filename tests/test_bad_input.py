@@ -56,15 +56,30 @@ def test_damaged_segment_names_the_file_and_spares_other_partitions(backend: Bac
     assert c.poll(max_records=1).column("id").to_pylist() == [0]
 
 
-@pytest.mark.parametrize("damage", [b"", b"{not json", b'{"v": 1, "type": "COMMIT"}', b'{"type": "WAT", "idx": 1}'])
-def test_corrupt_marker_names_the_file_and_spares_other_partitions(backend: Backend, damage: bytes) -> None:
+@pytest.mark.parametrize("damage", [b"", b"{not json", b'{"v": 2, "ops": []}', b'{"v": 2, "idx": 1, "ops": [{}]}'])
+def test_corrupt_partition_record_is_healed_from_the_log_then_names_itself(backend: Backend, damage: bytes) -> None:
+    from coordinator import inspect as ti
+
     two_partitions(backend)
     store = backend.open()
     path = marker_path("t", 0, 1)
     store.put(path, damage)
+    # While the log entry that defines the record is retained, readers compute it: nothing is lost ...
+    assert read_partition(backend, 0) == [0, 2, 4]
+    # ... and verify names the damaged partition and its file.
+    problems = [p for p in ti.verify(backend.open()) if p.path == path]
+    assert problems and "partition t/0 is damaged" in problems[0].message
+    # Once the log is checkpointed (the entries below are not needed by readers any more), a reader starting
+    # from the checkpoint has nothing to compute the record from: the error names the file; partition 1 reads on.
+    coord = TransactionCoordinator(backend.open())
+    coord.log.write_checkpoint()
     with pytest.raises(CorruptLogError, match=path.replace(".", r"\.")):
-        TransactionCoordinator(backend.open()).partition("t", 0)
+        read_partition(backend, 0)
     assert read_partition(backend, 1) == [1, 3, 5]
+    # The documented repair rewrites the record from the retained entry.
+    assert TransactionCoordinator(backend.open()).repair_records(damaged=True) >= 1
+    assert read_partition(backend, 0) == [0, 2, 4]
+    assert [p for p in ti.verify(backend.open()) if p.path == path] == []
 
 
 def test_corrupt_transaction_log_entry_names_the_file(backend: Backend) -> None:
@@ -77,7 +92,12 @@ def test_corrupt_transaction_log_entry_names_the_file(backend: Backend) -> None:
     # The partitions' own logs do not depend on it: everything committed is still there and readable.
     from coordinator import PartitionLog
 
-    assert [PartitionLog(backend.open(), "t", p).end_offset for p in (0, 1)] == [3, 3]
+    ends = []
+    for p in (0, 1):
+        plog = PartitionLog(backend.open(), "t", p)
+        plog.refresh()
+        ends.append(plog.end_offset)
+    assert ends == [3, 3]
 
 
 def test_record_larger_than_the_segment_target_is_written_alone(backend: Backend) -> None:

@@ -21,7 +21,6 @@ from coordinator import (
     TopicNotFoundError,
     TransactionCoordinator,
     create_topic,
-    new_txn_id,
     read_snapshot,
     stage_segment,
 )
@@ -76,8 +75,8 @@ def test_zombie_epoch_is_fenced_for_send_commit_and_abort(backend: Backend) -> N
     old.flush()
     new = Producer(backend.open(), "etl")
     ident = new.init_transactions()
-    # One bump fences and aborts the open transaction, the next is the new producer's epoch.
-    assert old.identity is not None and ident.epoch == old.identity.epoch + 2
+    # One bump fences the old epoch: its open transaction can never commit.
+    assert old.identity is not None and ident.epoch == old.identity.epoch + 1
     with pytest.raises(ProducerFencedError, match="fenced"):
         old.commit_transaction()
     with pytest.raises(ProducerFencedError):
@@ -139,7 +138,7 @@ def test_hung_transaction_does_not_block_later_commits(backend: Backend) -> None
     assert table.filter(pa.compute.is_null(table.column("_offset"))).num_rows == 5
 
 
-def test_prepared_commit_is_rolled_forward_by_a_reader(backend: Backend) -> None:
+def test_commit_whose_writer_died_before_its_partition_records_is_read_whole(backend: Backend) -> None:
     from coordinator import faults
     from coordinator.faults import InjectedCrash
 
@@ -151,12 +150,12 @@ def test_prepared_commit_is_rolled_forward_by_a_reader(backend: Backend) -> None
     p.send("t", rows(range(8), "x"), key="id")
 
     def crash(name: str) -> None:
-        if name == "marker.after":
+        if name == "record.after":
             raise InjectedCrash(name)
 
     with faults.injected(crash), pytest.raises(InjectedCrash):
         p.commit_transaction()
-    # One partition has its marker, the other not yet: a snapshot must still show all or nothing.
+    # The entry is the commit point; one partition's record is written, the other not: readers compute it.
     assert committed_ids(backend) == list(range(8))
 
 
@@ -169,10 +168,10 @@ def test_timeout_sweep_aborts_with_epoch_bump_even_with_skewed_clocks(backend: B
     p.send("t", rows(range(3), "slow"))
     p.flush()
     sweeper = backend.coordinator()
-    start = sweeper.log.refresh().producers["slow"].txn_start_ts
-    assert start is not None
-    # A sweeper whose clock is behind does nothing; one that is minutes ahead aborts and fences.
-    assert sweeper.abort_timed_out(now=start - 5 * 60_000) == []
+    (opened,) = store.list_info("_txn/open")
+    start = opened.mtime * 1000  # the transaction's start on the store's clock
+    # Judged on the store's clock: before the timeout nothing happens; minutes later it is aborted and fenced.
+    assert sweeper.abort_timed_out(now=start + 5_000) == []
     assert sweeper.abort_timed_out(now=start + 5 * 60_000) == ["slow"]
     meta = sweeper.log.refresh().producers["slow"]
     assert meta.state is TxnState.COMPLETE_ABORT and meta.epoch == 1
@@ -204,29 +203,29 @@ def test_sequence_numbers_drop_duplicates_and_refuse_gaps(backend: Backend) -> N
     tbl = pa.Table.from_pylist(rows(range(3), "s"), schema=SCHEMA)
     s0 = stage_segment(store, "t", 0, tbl, "seg-0", seq=0)
     s1 = stage_segment(store, "t", 0, tbl, "seg-1", seq=1)
-    coord.commit(ident, new_txn_id(ident.pid, ident.epoch), [s0, s1])
+    coord.commit(ident, ident.txn_id(0), [s0, s1])
     # A retried send of seq 1 (duplicate) is dropped; seq 2 is new.
     s2 = stage_segment(store, "t", 0, tbl, "seg-2", seq=2)
-    res = coord.commit(ident, new_txn_id(ident.pid, ident.epoch), [s1, s2])
+    res = coord.commit(ident, ident.txn_id(1), [s1, s2])
     assert res.records == 3
     s4 = stage_segment(store, "t", 0, tbl, "seg-4", seq=4)
     with pytest.raises(OutOfOrderSequenceError, match="expected 3, got 4"):
-        coord.commit(ident, new_txn_id(ident.pid, ident.epoch), [s4])
+        coord.commit(ident, ident.txn_id(2), [s4])
     assert len(committed_ids(backend)) == 9
 
 
-def test_application_key_makes_a_replayed_commit_a_no_op(backend: Backend) -> None:
+def test_application_version_makes_a_replayed_or_older_commit_a_no_op(backend: Backend) -> None:
     store = backend.open()
     make_topic(store, partitions=1)
     coord = TransactionCoordinator(store)
-    ident = coord.init_producer("stream")
     tbl = pa.Table.from_pylist(rows(range(4), "b"), schema=SCHEMA)
-    seg = stage_segment(store, "t", 0, tbl, "batch-7")
-    first = coord.commit(ident, new_txn_id(ident.pid, ident.epoch), [seg], app_key="q1/7")
-    seg2 = stage_segment(store, "t", 0, tbl, "batch-7-replay")
-    again = backend.coordinator().commit(ident, new_txn_id(ident.pid, ident.epoch), [seg2], app_key="q1/7")
-    assert not first.already_committed and again.already_committed and again.txn == first.txn
-    other_query = coord.commit(ident, new_txn_id(ident.pid, ident.epoch), [seg2], app_key="q2/7")
+    seg = stage_segment(store, "t", 0, tbl, "a.q1.7.first~x")
+    first = coord.commit_app("q1", 7, "first", [seg])
+    seg2 = stage_segment(store, "t", 0, tbl, "a.q1.7.replay~x")
+    again = backend.coordinator().commit_app("q1", 7, "replay", [seg2])
+    older = backend.coordinator().commit_app("q1", 6, "late", [seg2])
+    assert not first.already_committed and again.already_committed and older.already_committed
+    other_query = coord.commit_app("q2", 7, "other", [seg2])
     assert not other_query.already_committed
     assert len(committed_ids(backend)) == 8
 
@@ -252,7 +251,7 @@ def test_group_offsets_commit_atomically_with_output(backend: Backend) -> None:
     etl.send_offsets_to_transaction(consumer.positions(), "g")
 
     def crash(name: str) -> None:
-        if name == "txnlog.PrepareCommit.before":
+        if name == "txnlog.entry.before":
             raise InjectedCrash(name)
 
     with faults.injected(crash), pytest.raises(InjectedCrash):
@@ -295,52 +294,70 @@ def test_snapshot_is_transaction_consistent_across_topics(backend: Backend) -> N
         assert sorted(got[t].column("id").to_pylist()) == list(range(50))
 
 
-def test_commit_costs_touched_partitions_plus_two_conditional_writes(backend: Backend) -> None:
+def test_commit_costs_one_conditional_write_plus_one_idempotent_record_per_partition(backend: Backend) -> None:
     store = backend.open()
     make_topic(store, partitions=16)
     coord = TransactionCoordinator(store, checkpoint_interval=2)  # checkpoints must not add conditional writes
     ident = coord.init_producer("cost")
-    for touched in (1, 4, 16):
+    for n, touched in enumerate((1, 4, 16)):
         segs = [stage_segment(store, "t", p, pa.Table.from_pylist(rows([p], "c"), schema=SCHEMA), f"c{touched}-{p}")
                 for p in range(touched)]
         before = store.counters["put_if_absent"]
-        coord.commit(ident, new_txn_id(ident.pid, ident.epoch), segs)
-        assert store.counters["put_if_absent"] - before == touched + 2
+        coord.commit(ident, ident.txn_id(n), segs)
+        assert store.counters["put_if_absent"] - before == touched + 1
 
 
 def test_opening_the_log_costs_few_requests_whatever_its_length(backend: Backend) -> None:
     store = backend.open()
     make_topic(store, partitions=1)
-    coord = TransactionCoordinator(store, checkpoint_interval=20)
+    coord = TransactionCoordinator(store, checkpoint_interval=20, partition_checkpoint_interval=8)
     ident = coord.init_producer("many")
     tbl = pa.Table.from_pylist(rows([1], "m"), schema=SCHEMA)
     costs = []
+    n = 0
     for _ in range(3):
         for _ in range(40):
-            seg = stage_segment(store, "t", 0, tbl, new_txn_id(0, 0))
-            coord.commit(ident, new_txn_id(ident.pid, ident.epoch), [seg])
+            seg = stage_segment(store, "t", 0, tbl, f"{ident.txn_id(n)}~x")
+            coord.commit(ident, ident.txn_id(n), [seg])
+            n += 1
         fresh = backend.open()
-        TransactionCoordinator(fresh).partition("t", 0)
-        TransactionCoordinator(fresh)
+        TransactionCoordinator(fresh).partition("t", 0).refresh()
         costs.append(fresh.counters.total())
-    # The history grows 40 -> 120 commits; the cost of opening does not grow with it.
-    assert max(costs) <= 2 * 20 + 10, costs
-    assert costs[-1] <= costs[0] + 10, costs
+    # The history grows 40 -> 120 commits; the cost of opening does not grow with it: at most the entries after
+    # the last checkpoint (< 20) and the records after the last partition checkpoint (< 8), plus a few listings.
+    assert max(costs) <= 20 + 8 + 8, costs
 
 
 class OneLostReply(LostReplyStore):
-    """Loses the reply of the next transaction-log write; with ``reads_fail``, the read-back fails too."""
+    """Loses the reply of the next transaction-log write; with ``reads_fail``, reading ``_txn/`` fails too from then
+    on, until ``reads_fail`` is cleared (a network partition right after the write)."""
 
     def __init__(self, inner: Store) -> None:
         super().__init__(inner)
         self.lose_next_reply = False
         self.reads_fail = False
+        self._down = False
 
     def lose(self, path: str) -> str | None:
         if self.lose_next_reply and "_txn/log" in path:
             self.lose_next_reply = False
+            self._down = self.reads_fail
             return "unknown" if self.reads_fail else "read back"
         return None
+
+    def _partitioned(self, path: str) -> None:
+        from coordinator import StoreError
+
+        if self._down and self.reads_fail and path.startswith("_txn"):
+            raise StoreError(f"network partition reading {path}")
+
+    def get(self, path: str) -> bytes:
+        self._partitioned(path)
+        return super().get(path)
+
+    def list(self, prefix: str, start_after: str | None = None, limit: int | None = None) -> list[str]:
+        self._partitioned(prefix)
+        return super().list(prefix, start_after, limit)
 
 
 def test_lost_reply_of_commit_point_is_resolved_by_reading_back(backend: Backend) -> None:
@@ -369,9 +386,16 @@ def test_unknown_commit_outcome_is_reported_then_resolved_by_init(backend: Backe
     store.reads_fail = True
     with pytest.raises(CommitStateUnknownError):
         p.commit_transaction()
-    # The durable record decides: the prepare entry was written, so the next epoch rolls it forward.
-    Producer(backend.open(), "lr2").init_transactions()
+    with pytest.raises(InvalidTxnStateError, match="unknown"):
+        p.begin_transaction()  # the number is not reused while its outcome is unknown
+    store.reads_fail = False
+    # The durable record decides: the entry was written, so the transaction is committed, and the producer
+    # learns it by asking again.
     assert committed_ids(backend) == list(range(6))
+    assert p.commit_transaction().txn.endswith(".0")
+    with p.transaction():
+        p.send("t", rows([7], "y"))
+    assert committed_ids(backend) == [0, 1, 2, 3, 4, 5, 7]
 
 
 def test_bad_input_is_refused_clearly_and_writes_nothing(backend: Backend) -> None:
@@ -403,50 +427,22 @@ def test_bad_input_is_refused_clearly_and_writes_nothing(backend: Backend) -> No
         Producer(store, "fresh").begin_transaction()
 
 
-def test_snapshot_never_cuts_inside_a_commit_another_process_is_completing(backend: Backend) -> None:
-    """A reader rolling a prepared commit forward loses a race to another producer's commit point, whose markers
-    are only partly written: the reader's cut must end before that commit, not after it."""
-    from coordinator import faults
-    from coordinator.faults import InjectedCrash
-
+def test_snapshot_is_a_prefix_of_the_log_and_needs_no_partition_request(backend: Backend) -> None:
     store = backend.open()
-    make_topic(store, partitions=3)
-    x = Producer(backend.open(), "x")
-    x.init_transactions()
-    x.begin_transaction()
-    x.send("t", rows(range(0, 30), "x"), key="id")
-
-    def crash_after_prepare(name: str) -> None:
-        if name == "txnlog.PrepareCommit.after":
-            raise InjectedCrash(name)
-
-    with faults.injected(crash_after_prepare), pytest.raises(InjectedCrash):
-        x.commit_transaction()  # x is prepared, no markers yet
+    make_topic(store, partitions=8)
+    p = Producer(store, "x")
+    p.init_transactions()
+    with p.transaction():
+        p.send("t", rows(range(0, 80), "x"), key="id")
+    fresh = backend.open()
+    snap = TransactionCoordinator(fresh).snapshot(["t"])
+    listed = [k for k in fresh.counters.snapshot() if k not in ("get", "list")]
+    assert listed == [], fresh.counters.snapshot()  # read-only
+    assert sum(snap.ends["t"].values()) == 80
     y = Producer(backend.open(), "y")
     y.init_transactions()
-    y.begin_transaction()
-    y.send("t", rows(range(100, 130), "y"), key="id")
-    y.flush()
-    fired = {"n": 0}
-
-    def y_commits_meanwhile(name: str) -> None:
-        if name == "txnlog.CompleteCommit.before" and fired["n"] == 0:
-            fired["n"] += 1
-            seen = {"markers": 0}
-
-            def y_dies_after_one_marker(point: str) -> None:
-                if point == "marker.after":
-                    seen["markers"] += 1
-                    if seen["markers"] == 1:
-                        raise InjectedCrash(point)
-
-            with faults.injected(y_dies_after_one_marker), pytest.raises(InjectedCrash):
-                y.commit_transaction()
-
-    reader = backend.coordinator()
-    with faults.injected(y_commits_meanwhile):
-        snap = reader.snapshot(["t"])
-    assert fired["n"] == 1
-    ids = sorted(read_snapshot(backend.open(), ["t"], snapshot=snap, coordinator=reader)["t"].column("id").to_pylist())
-    assert ids == list(range(30)), "the cut holds x entirely and nothing of y"
-    assert committed_ids(backend) == list(range(30)) + list(range(100, 130))
+    with y.transaction():
+        y.send("t", rows(range(100, 180), "y"), key="id")
+    ids = sorted(read_snapshot(backend.open(), ["t"], snapshot=snap)["t"].column("id").to_pylist())
+    assert ids == list(range(80)), "the cut holds x entirely and nothing of y"
+    assert committed_ids(backend) == list(range(80)) + list(range(100, 180))

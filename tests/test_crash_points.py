@@ -2,7 +2,7 @@
 
 Every run reaches exactly one outcome for the crashed transaction (all of it visible, or none), nothing
 committed earlier is lost, nothing is duplicated, offsets stay dense. The transaction is committed exactly when
-the crash came after its commit point (the PrepareCommit entry) was durable.
+the crash came after its commit point (the transaction log entry that decides it) was durable.
 """
 
 from __future__ import annotations
@@ -15,20 +15,18 @@ from core_helpers import Backend, committed_ids, duplicates, make_topic, rows
 
 # (point, which occurrence during the commit of the second transaction, committed after recovery?)
 COMMIT_POINTS = [
+    ("open.before", 1, False),
+    ("open.after", 1, False),
     ("segment.before", 1, False),
     ("segment.after", 2, False),
-    ("txnlog.Ongoing.before", 1, False),
-    ("txnlog.Ongoing.after", 1, False),
-    ("txnlog.PrepareCommit.before", 1, False),
-    ("txnlog.PrepareCommit.after", 1, True),
-    ("marker.before", 1, True),
-    ("marker.after", 1, True),
-    ("marker.before", 2, True),
-    ("marker.after", 3, True),
+    ("txnlog.entry.before", 1, False),
+    ("txnlog.entry.after", 1, True),
+    ("record.before", 1, True),
+    ("record.after", 1, True),
+    ("record.before", 2, True),
+    ("record.after", 3, True),
     ("partition.checkpoint.before", 1, True),
     ("partition.checkpoint.after", 1, True),
-    ("txnlog.CompleteCommit.before", 1, True),
-    ("txnlog.CompleteCommit.after", 1, True),
     ("txnlog.checkpoint.before", 1, True),
     ("txnlog.checkpoint.after", 1, True),
 ]
@@ -54,8 +52,10 @@ def test_crash_during_commit_resolves_to_one_outcome(
 ) -> None:
     store = backend.open()
     make_topic(store)
-    # Small checkpoint intervals so the checkpoint writes fall inside the crashed commit.
-    p1 = Producer(store, "etl", coordinator=TransactionCoordinator(store, checkpoint_interval=2))
+    # Checkpoint intervals chosen so the crashed commit (log entry 2, record 1 of each partition) writes both a
+    # coordinator checkpoint and partition checkpoints.
+    coord = TransactionCoordinator(store, checkpoint_interval=3, partition_checkpoint_interval=2)
+    p1 = Producer(store, "etl", coordinator=coord)
     p1.init_transactions()
     with p1.transaction():
         p1.send("t", rows(range(0, 30), "first"), key="id")
@@ -85,10 +85,8 @@ def test_crash_during_commit_resolves_to_one_outcome(
 
 
 CONTROL_POINTS = [
-    ("txnlog.PrepareAbort.before", False),
-    ("txnlog.PrepareAbort.after", False),
-    ("txnlog.CompleteAbort.before", False),
-    ("txnlog.CompleteAbort.after", False),
+    ("txnlog.entry.before", False),
+    ("txnlog.entry.after", False),
 ]
 
 
@@ -112,7 +110,7 @@ def test_crash_during_abort_or_fencing_init(backend: Backend, point: str, _unuse
         p2.send("t", rows(range(50, 55), "ok"))
     assert committed_ids(backend) == list(range(50, 55))
 
-    # Crash inside a fencing init (which aborts an ongoing transaction), then init again.
+    # Crash inside a fencing init (which fences an open transaction), then init again.
     p2.begin_transaction()
     p2.send("t", rows(range(60, 65), "doomed2"))
     p2.flush()

@@ -248,9 +248,9 @@ def test_zombie_retrying_a_commit_past_its_commit_point_is_fenced() -> None:
     (``run.py --seed 5 --histories 1``)."""
     url, old = _zombie_setup("z")
     try:
-        with faults.injected(_crash_at("marker.before")), pytest.raises(InjectedCrash):
+        with faults.injected(_crash_at("record.before")), pytest.raises(InjectedCrash):
             old.commit_transaction()
-        Producer(open_store(url), "z").init_transactions()  # the new process: rolls forward, bumps the epoch
+        Producer(open_store(url), "z").init_transactions()  # the new process bumps the epoch
         with pytest.raises(ProducerFencedError):
             old.commit_transaction()
     finally:
@@ -263,7 +263,7 @@ def test_zombie_starting_a_transaction_after_a_crashed_abort_is_fenced() -> None
     "is Ongoing; cannot begin" instead of ProducerFencedError (``run.py --seed 13 --histories 1``)."""
     url, old = _zombie_setup("y")
     try:
-        with faults.injected(_crash_at("txnlog.PrepareAbort.after")), pytest.raises(InjectedCrash):
+        with faults.injected(_crash_at("txnlog.entry.after")), pytest.raises(InjectedCrash):
             old.abort_transaction()
         Producer(open_store(url), "y").init_transactions()
         old.begin_transaction()
@@ -295,9 +295,9 @@ def test_commit_completed_by_another_process_is_acknowledged() -> None:
     busy: list[str] = []
 
     def other_process_rolls_forward(name: str) -> None:
-        if name == "txnlog.PrepareCommit.after" and not busy:
+        if name == "txnlog.entry.after" and not busy:
             busy.append(name)
-            TransactionCoordinator(open_store(url)).complete_pending()
+            TransactionCoordinator(open_store(url)).repair_records()
 
     try:
         with faults.injected(other_process_rolls_forward):

@@ -55,7 +55,7 @@ def test_compaction_racing_a_commit_retries_and_loses_nothing(backend: Backend) 
     fired = {"n": 0}
 
     def commit_in_between(name: str) -> None:
-        if name == "compaction.before" and fired["n"] == 0:
+        if name == "txnlog.entry.before" and fired["n"] == 0:
             fired["n"] += 1
             with faults.injected(lambda _n: None), racer.transaction():
                 racer.send("t", rows([999], "race"))

@@ -7,7 +7,6 @@ from coordinator.coordinator import (
     ProducerIdentity,
     Snapshot,
     TransactionCoordinator,
-    new_txn_id,
 )
 from coordinator.errors import (
     AlreadyCommittedError,
@@ -26,13 +25,14 @@ from coordinator.errors import (
     TopicExistsError,
     TopicNotFoundError,
     TxnLogError,
+    UnsupportedFormatError,
     UnsupportedStoreError,
 )
 from coordinator.layout import check_name
 from coordinator.partition import IndexedSegment, PartitionLog, SegmentSlice
 from coordinator.producer import Producer, ProducerConfig, hash_partition, to_table
 from coordinator.reader import METADATA_FIELDS, METADATA_NAMES, check_isolation, output_schema, read_slices
-from coordinator.records import SegmentRef, TxnState
+from coordinator.records import SegmentRef, TxnState, app_txn_id, producer_txn_id
 from coordinator.segments import stage_segment
 from coordinator.store import LocalStore, MemoryStore, Store, StoreOptions, open_store
 from coordinator.topics import TopicMeta, add_partitions, conform, create_topic, get_topic, list_topics
@@ -44,7 +44,8 @@ __all__ = [
     "OffsetOutOfRangeError", "OutOfOrderSequenceError", "PartitionLog", "Producer", "ProducerConfig",
     "ProducerFencedError", "ProducerIdentity", "SchemaMismatchError", "SegmentRef", "SegmentSlice", "Snapshot",
     "Store", "StoreError", "StoreOptions", "TopicExistsError", "TopicMeta", "TopicNotFoundError",
-    "TransactionCoordinator", "TxnLogError", "TxnState", "UnsupportedStoreError", "add_partitions", "check_isolation",
-    "check_name", "conform", "faults", "create_topic", "get_topic", "hash_partition", "list_topics", "new_txn_id",
-    "open_store", "output_schema", "read_slices", "read_snapshot", "stage_segment", "to_table",
+    "TransactionCoordinator", "TxnLogError", "TxnState", "UnsupportedFormatError", "UnsupportedStoreError",
+    "add_partitions", "app_txn_id", "check_isolation", "check_name", "conform", "faults", "create_topic", "get_topic",
+    "hash_partition", "list_topics", "open_store", "output_schema", "producer_txn_id", "read_slices", "read_snapshot",
+    "stage_segment", "to_table",
 ]

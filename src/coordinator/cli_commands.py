@@ -24,9 +24,8 @@ from coordinator.cli_common import (
     render_table,
 )
 from coordinator.cli_config import Settings
-from coordinator.coordinator import ProducerIdentity
 from coordinator.errors import InvalidOptionError
-from coordinator.records import TxnState, is_ready
+from coordinator.records import is_ready
 from coordinator.topics import create_topic
 from coordinator.txnlog import now_ms
 
@@ -134,54 +133,55 @@ def cmd_txns(args: argparse.Namespace, settings: Settings, out: Output) -> int:
         out.emit_json(d)
         return EXIT_OK
     for p in d["producers"]:
-        p["flags"] = ",".join(f for f, on in (("in-doubt", p["in_doubt"]), ("timed-out", p["timed_out"])) if on)
-        p["age"], p["idle"], p["timeout"] = fmt_age(p["age_ms"]), fmt_age(p["idle_ms"]), fmt_age(p["timeout_ms"])
+        p["flags"] = ",".join(f for f, on in (("ephemeral", p["ephemeral"]), ("reserved", p["reserved"])) if on)
+        p["idle"], p["timeout"] = fmt_age(p["idle_ms"]), fmt_age(p["timeout_ms"])
+        p["last"] = "-" if p["last_txn"] < 0 else f"{p['last_txn']} {p['last_outcome']}"
     out.emit(f"transactional ids ({len(d['producers'])}), log entry {d['log_seq']}")
-    out.emit(render_table(d["producers"], ["tid", "pid", "epoch", "state", "txn", "age", "idle", "timeout", "flags"],
-                          ["TRANSACTIONAL ID", "PID", "EPOCH", "STATE", "OPEN TXN", "AGE", "IDLE", "TIMEOUT",
-                           "FLAGS"], right=["pid", "epoch", "age", "idle", "timeout"]))
-    for title, rows in (("in doubt", d["in_doubt"]), ("recent", d["recent"])):
-        for r in rows:
-            r["age"] = fmt_age(r["age_ms"])
-            r["where"] = " ".join(r["partitions"])
-        out.emit(f"\n{title} ({len(rows)})")
-        cols = ["txn", "tid", "state", "records", "where", "age"] + (["reason"] if title == "recent" else [])
-        out.emit(render_table(rows, cols, [c.upper() if c != "where" else "PARTITIONS" for c in cols],
-                              right=["records", "age"]))
+    out.emit(render_table(d["producers"], ["tid", "pid", "epoch", "state", "last", "idle", "timeout", "flags"],
+                          ["TRANSACTIONAL ID", "PID", "EPOCH", "STATE", "LAST TXN", "IDLE", "TIMEOUT", "FLAGS"],
+                          right=["pid", "epoch", "idle", "timeout"]))
+    for r in d["open"]:
+        r["age"], r["timeout"] = fmt_age(r["age_ms"]), fmt_age(r["timeout_ms"])
+        r["flags"] = "timed-out" if r["timed_out"] else ""
+    out.emit(f"\nopen ({len(d['open'])})")
+    out.emit(render_table(d["open"], ["txn", "tid", "age", "timeout", "flags"],
+                          ["TXN", "TRANSACTIONAL ID", "AGE", "TIMEOUT", "FLAGS"], right=["age", "timeout"]))
+    for r in d["recent"]:
+        r["age"] = fmt_age(r["age_ms"])
+        r["where"] = " ".join(r["partitions"])
+        r["who"] = r["tid"] or (f"{r['app']} v{r['version']}" if r["app"] else "-")
+        r["group"] = ",".join(r["groups"])
+        r["reason"] = r["reason"] or ""
+    out.emit(f"\nrecent ({len(d['recent'])})")
+    cols = ["txn", "who", "outcome", "records", "where", "group", "age", "reason"]
+    out.emit(render_table(d["recent"], cols, ["TXN", "PRODUCER / APP", "OUTCOME", "RECORDS", "PARTITIONS", "GROUP",
+                                              "AGE", "REASON"], right=["records", "age"]))
     return EXIT_OK
 
 
 def _resolve_one(settings: Settings, txn: str, abort: bool) -> dict[str, Any]:
-    """Finish ``txn`` from the durable record; returns ``{"txn", "tid", "before", "action", "after"}``.
+    """Learn (and with ``abort`` settle) ``txn`` from the durable record; returns ``{"txn", "tid", "before",
+    "action", "after"}``.
 
     Raises:
-        CliError: unknown transaction (3); an ongoing one without ``abort``, or an abort past the commit point (1).
+        CliError: not a transaction id (3); an open one without ``abort``, or ``abort`` of a committed one (1).
     """
-    store = settings.open(write=True)
+    store = settings.open(write=abort)
     coord = settings.coordinator(store)
     found = ti.find_transaction(store, txn, coordinator=coord)
     if found is None:
-        raise CliError(f"transaction {txn!r} is unknown (not open, not in doubt, not among recent entries)",
+        raise CliError(f"{txn!r} is not a transaction id (p.<pid>.<epoch>.<n> or a.<app>.<version>.<token>)",
                        EXIT_NOT_FOUND)
-    status, tid = found["status"], found["tid"]
-    if status == "in_doubt_commit":
-        if abort:
-            raise CliError(f"transaction {txn!r} of {tid!r} passed its commit point (PrepareCommit); it can only "
-                           "be rolled forward: run resolve without --abort")
-        coord.complete_pending(upto=coord.log.refresh().pending[txn].seq)
-        action = "rolled forward"
-    elif status == "in_doubt_abort":
-        coord.abort(ProducerIdentity(tid, found["pid"], found["epoch"]), txn)
-        action = "abort completed"
-    elif status == "ongoing":
+    status, tid = found["status"], found["tid"] or found["app"]
+    if status == "ongoing":
         if not abort:
-            raise CliError(f"transaction {txn!r} of {tid!r} is ongoing, not in doubt: its producer may still commit "
-                           "or abort it. Use --abort to abort it now (this fences the producer)")
-        aborted = coord.abort_open(tid, txn, reason="aborted by txnlog resolve --abort")
-        action = "aborted (producer fenced)" if aborted else "none (it finished meanwhile)"
+            raise CliError(f"transaction {txn!r} of {tid!r} is open: its producer may still commit or abort it. "
+                           "Use --abort to abort it now (this fences its producer)")
+        aborted = coord.abort_open(txn, reason="aborted by txnlog resolve --abort")
+        action = "aborted now (its producer is fenced)" if aborted else "none: it was decided meanwhile"
+    elif abort and status == "committed":
+        raise CliError(f"transaction {txn!r} of {tid!r} is already committed; it cannot be aborted")
     else:
-        if abort and status == "committed":
-            raise CliError(f"transaction {txn!r} of {tid!r} is already committed; it cannot be aborted")
         action = "none"
     after = ti.find_transaction(store, txn, coordinator=coord)
     return {"txn": txn, "tid": tid, "before": status, "action": action,
@@ -193,17 +193,21 @@ def cmd_resolve(args: argparse.Namespace, settings: Settings, out: Output) -> in
         raise InvalidOptionError("resolve takes either a transaction id or --all")
     if args.all:
         store = settings.open()
-        txns = [r["txn"] for r in ti.transactions(store, recent=0, scan=0)["in_doubt"]]
+        txns = [r["txn"] for r in ti.transactions(store, recent=0, scan=0)["open"]
+                if args.abort or r["timed_out"]]
     else:
         txns = [args.txn]
-    results = [_resolve_one(settings, t, args.abort) for t in txns]
+    results = [_resolve_one(settings, t, args.abort) for t in txns] if not args.all or args.abort else \
+        [{"txn": t, "tid": None, "before": "ongoing", "action": "none (timed out: resolve --all --abort aborts it)",
+          "after": "ongoing"} for t in txns]
     if out.json_mode:
         out.emit_json(results if args.all else results[0])
     elif not results:
-        out.emit("no in-doubt transactions")
+        out.emit("no open transactions to resolve")
     else:
         for r in results:
-            out.emit(f"{r['txn']} ({r['tid']}): was {r['before']}, {r['action']}, now {r['after']}")
+            after = r["after"] if r["action"] != "none" else r["before"]
+            out.emit(f"{r['txn']} ({r['tid']}): {after}" + ("" if r["action"] == "none" else f" ({r['action']})"))
     return EXIT_OK
 
 
@@ -212,31 +216,28 @@ def cmd_expire(args: argparse.Namespace, settings: Settings, out: Output) -> int
     coord = settings.coordinator(store)
     if args.dry_run:
         t = now_ms()
+        d = ti.transactions(store, recent=0, scan=0, coordinator=coord)
         state = coord.log.refresh()
         result: dict[str, Any] = {
             "dry_run": True,
-            "in_doubt": len(state.pending),
-            "timed_out": sorted(m.tid for m in state.producers.values() if m.state is TxnState.ONGOING
-                                and m.txn_start_ts is not None and t - m.txn_start_ts > m.timeout_ms),
+            "timed_out": sorted(r["tid"] for r in d["open"] if r["timed_out"]),
             "expired": sorted(m.tid for m in state.producers.values() if is_ready(m.state)
                               and t - m.last_ts > settings.transactional_id_expiration_ms),
         }
     else:
-        rolled = coord.complete_pending()
         aborted = coord.abort_timed_out()
         expired = coord.expire_transactional_ids()
-        result = {"dry_run": False, "rolled_forward": rolled, "timed_out": sorted(aborted),
-                  "expired": sorted(expired)}
+        result = {"dry_run": False, "timed_out": sorted(aborted), "expired": sorted(expired)}
     if out.json_mode:
         out.emit_json(result)
     elif args.dry_run:
-        out.emit(f"would roll forward {result['in_doubt']} prepared commit(s); would abort "
-                 f"{len(result['timed_out'])} timed-out: {' '.join(result['timed_out']) or '-'}; would expire "
-                 f"{len(result['expired'])}: {' '.join(result['expired']) or '-'}")
+        out.emit(f"would abort {len(result['timed_out'])} timed-out transaction(s): "
+                 f"{' '.join(result['timed_out']) or '-'}; would expire {len(result['expired'])} transactional "
+                 f"id(s): {' '.join(result['expired']) or '-'}")
     else:
-        out.emit(f"rolled forward {result['rolled_forward']} prepared commit(s); aborted "
-                 f"{len(result['timed_out'])} timed-out: {' '.join(result['timed_out']) or '-'}; expired "
-                 f"{len(result['expired'])}: {' '.join(result['expired']) or '-'}")
+        out.emit(f"aborted {len(result['timed_out'])} timed-out transaction(s): "
+                 f"{' '.join(result['timed_out']) or '-'}; expired {len(result['expired'])} transactional id(s): "
+                 f"{' '.join(result['expired']) or '-'}")
     return EXIT_OK
 
 

@@ -1,12 +1,14 @@
 """``txnlog coordinator run``: the sweep daemon.
 
-Each sweep, in this order: roll forward every prepared-but-incomplete commit (``complete_pending``), abort every
-transaction ongoing past its timeout with an epoch bump (``abort_timed_out``), and forget transactional ids idle
-past the expiration (``expire_transactional_ids``). One line is printed per sweep (JSON with ``--json``).
+Each sweep, in this order: abort every producer transaction open past its timeout with an epoch bump
+(``abort_timed_out``, judged on the store's clock), forget transactional ids idle past the expiration
+(``expire_transactional_ids``), and write any partition record a crashed writer left out (``repair_records``;
+derived data, never needed for correctness). A line is printed for each sweep that did something (JSON with
+``--json``, one object per sweep).
 
 The daemon holds no state of its own: every decision is read from the store, so it can be killed at any moment
 (even SIGKILL mid-sweep) and restarted, and several may run at once; nothing requires it to be running for
-correctness (producers and readers roll forward what they find). SIGTERM and SIGINT end it cleanly after the
+correctness. SIGTERM and SIGINT end it cleanly after the
 current sweep, with exit code 0. A sweep that fails (a store outage) is reported on stderr and retried at the next
 interval; ``--once`` runs a single sweep and exits 4 if it failed.
 """
@@ -30,14 +32,14 @@ from coordinator.txnlog import now_ms
 def sweep(
     coord: TransactionCoordinator, *, maintenance: bool = False, target_bytes: int | None = None
 ) -> dict[str, Any]:
-    """One sweep (see the module docstring). Returns what it did: ``rolled_forward`` (count), ``aborted`` and
-    ``expired`` (transactional ids), ``log_seq`` and ``duration_ms``; with ``maintenance`` also ``merged`` and
-    ``deleted`` (retention, compaction and GC of every topic)."""
+    """One sweep (see the module docstring). Returns what it did: ``aborted`` and ``expired`` (transactional
+    ids), ``log_seq`` and ``duration_ms``; with ``maintenance`` also ``merged`` and ``deleted`` (retention,
+    compaction and GC of every topic)."""
     t0 = time.monotonic()
-    rolled = coord.complete_pending()
     aborted = coord.abort_timed_out()
     expired = coord.expire_transactional_ids()
-    result: dict[str, Any] = {"rolled_forward": rolled, "aborted": sorted(aborted), "expired": sorted(expired)}
+    coord.repair_records()
+    result: dict[str, Any] = {"aborted": sorted(aborted), "expired": sorted(expired)}
     if maintenance:
         from coordinator.maintenance import DEFAULT_COMPACT_TARGET_BYTES, maintain
 
@@ -47,7 +49,7 @@ def sweep(
 
 
 def _line(n: int, result: dict[str, Any]) -> str:
-    return (f"{fmt_ts(now_ms())} sweep {n}: rolled forward {result['rolled_forward']}, aborted "
+    return (f"{fmt_ts(now_ms())} sweep {n}: aborted "
             f"{len(result['aborted'])} ({' '.join(result['aborted']) or '-'}), expired {len(result['expired'])} "
             f"({' '.join(result['expired']) or '-'}), "
             + (f"merged {result['merged']}, deleted {result['deleted']}, " if "merged" in result else "")
@@ -72,7 +74,8 @@ def cmd_coordinator_run(args: argparse.Namespace, settings: Settings, out: Outpu
         for sig in (signal.SIGTERM, signal.SIGINT):
             installed.append((sig, signal.signal(sig, on_signal)))
     if not out.json_mode:
-        out.emit(f"{fmt_ts(now_ms())} coordinator sweeping {store.url} every {interval:g}s")
+        every = "once" if args.once else f"every {interval:g}s"
+        out.emit(f"{fmt_ts(now_ms())} coordinator sweeping {store.url} {every}")
     code = EXIT_OK
     n = 0
     try:
@@ -86,9 +89,10 @@ def cmd_coordinator_run(args: argparse.Namespace, settings: Settings, out: Outpu
                 if args.once:
                     code = exit_code_for(exc) if isinstance(exc, TxnLogError) else EXIT_STORE
             else:
+                busy = bool(result["aborted"] or result["expired"] or result.get("merged") or result.get("deleted"))
                 if out.json_mode:
                     out.emit_json_line({"sweep": n, "ts": now_ms()} | result)
-                else:
+                elif busy or args.once:
                     out.emit(_line(n, result))
             if args.once:
                 break

@@ -85,9 +85,8 @@ class Consumer:
             self._schemas[topic] = output_schema(meta.schema)
             pos = committed.get(topic, {}).get(p)
             if pos is None:
-                plog = self.coordinator.partition(topic, p)
-                plog.refresh()
-                pos = plog.start_offset if self.auto_offset_reset == "earliest" else plog.end_offset
+                pm = self.coordinator.log.refresh().partition(topic, p)
+                pos = pm.start if self.auto_offset_reset == "earliest" else pm.end
             self._positions[(topic, p)] = pos
 
     def assignment(self) -> list[TopicPartition]:
@@ -106,10 +105,9 @@ class Consumer:
         self._positions[(topic, partition)] = offset
 
     def seek_to_beginning(self) -> None:
+        st = self.coordinator.log.refresh()
         for tp in self._positions:
-            plog = self.coordinator.partition(*tp)
-            plog.refresh()
-            self._positions[tp] = plog.start_offset
+            self._positions[tp] = st.partition(*tp).start
 
     def seek_to_end(self) -> None:
         snap = self.coordinator.snapshot(sorted({t for t, _ in self._positions}), partitions=self._by_topic())
@@ -172,6 +170,7 @@ class Consumer:
             end = min(snap.ends[topic][p], pos + left)
             if end > pos:
                 plog = self.coordinator.partition(topic, p)
+                plog.refresh()
                 batches = list(read_range(self.store, plog, pos, end, self._schemas[topic]))
                 if batches:
                     tables.append(pa.Table.from_batches(batches, schema=self._schemas[topic]))
@@ -179,6 +178,7 @@ class Consumer:
                 self._positions[tp] = end
             if self.isolation_level == READ_UNCOMMITTED and left > 0:
                 plog = self.coordinator.partition(topic, p)
+                plog.refresh()
                 new = [x for x in uncommitted_paths(self.store, plog) if x not in self._seen_uncommitted]
                 self._seen_uncommitted.update(new)
                 batches = list(read_uncommitted(self.store, plog, self._schemas[topic], new))

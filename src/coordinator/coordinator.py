@@ -1,40 +1,54 @@
-"""The transaction coordinator: producer ids and epochs, two-phase commit, abort, roll-forward, sweeps.
+"""The transaction coordinator: producer ids and epochs, commits and aborts through the transaction log, snapshots,
+group offsets, and the sweeps (timeouts, expiry).
 
 The coordinator holds no state outside the store: every process that opens a :class:`TransactionCoordinator` on
-the same store replays the same transaction log and reaches the same decisions. A commit is
-
-1. ``PrepareCommit`` appended to the transaction log, naming every segment, the group offsets and the
-   application idempotency key, validated against the producer's current epoch: **the commit point**;
-2. one COMMIT marker per touched partition, in transaction-log order per partition (assigning offsets);
-3. ``CompleteCommit`` appended to the transaction log.
-
-A crash after step 1 is rolled forward by whoever comes next (the same producer, a new epoch's
-``init_transactions``, any reader taking a snapshot, the sweep daemon), so an acknowledged commit is never lost
-and a prepared one never half-visible to snapshot readers.
+the same store replays the same transaction log and reaches the same decisions. A commit is one log entry (shared
+with whatever other commits are waiting: group commit) that assigns the transaction's offsets in every partition
+it touches; its creation is the commit point, and nothing is left to roll forward (see ``docs/design.md``).
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from coordinator import faults
+from coordinator.decisions import (
+    ExpireRequest,
+    Outcome,
+    TxnRequest,
+    abort_request,
+    commit_request,
+    init_request,
+)
 from coordinator.errors import (
     AlreadyCommittedError,
+    CommitStateUnknownError,
     InvalidOptionError,
     InvalidTxnStateError,
     OutOfOrderSequenceError,
     ProducerFencedError,
+    StoreError,
     TopicNotFoundError,
 )
-from coordinator.layout import check_name
+from coordinator.layout import TXN_OPEN, check_name, open_path
+from coordinator.partition import DEFAULT_CHECKPOINT_INTERVAL as PARTITION_CHECKPOINT_INTERVAL
 from coordinator.partition import PartitionLog
-from coordinator.records import SegmentRef, TxnEntry, TxnState, is_ready
-from coordinator.state import CoordinatorState, segments_by_partition
+from coordinator.records import (
+    CommitItem,
+    InitItem,
+    SegmentRef,
+    app_txn_id,
+    is_ready,
+    parse_txn_id,
+    producer_txn_id,
+)
 from coordinator.store import Store
-from coordinator.topics import get_topic, list_topics
-from coordinator.txnlog import TransactionLog, now_ms
+from coordinator.topics import TopicMeta, get_topic, list_topics
+from coordinator.txnlog import DEFAULT_CHECKPOINT_INTERVAL, TransactionLog, now_ms
 
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS = 7 * 24 * 3600 * 1000
@@ -51,6 +65,10 @@ class ProducerIdentity:
     pid: int
     epoch: int
 
+    def txn_id(self, n: int) -> str:
+        """The id of this producer's transaction number ``n``."""
+        return producer_txn_id(self.pid, self.epoch, n)
+
 
 @dataclass(frozen=True)
 class CommitResult:
@@ -58,11 +76,10 @@ class CommitResult:
 
     Attributes:
         txn: the transaction id.
-        commit_seq: the transaction-log entry of the commit point (-1 when nothing was committed).
-        offsets: (topic, partition) -> (first offset, end offset) the transaction's records received (a
-            partition whose marker already left the recent-marker index, after more than a thousand later commits
-            there, is omitted).
-        already_committed: the application idempotency key was committed before; this call published nothing.
+        commit_seq: the transaction-log entry that committed it (-1 when not known to this process).
+        offsets: (topic, partition) -> (first offset, end offset) the transaction's records received (empty when
+            the commit was learned from the state rather than from its entry).
+        already_committed: an application version that was already committed: this call published nothing.
     """
 
     txn: str
@@ -79,17 +96,12 @@ class CommitResult:
 class Snapshot:
     """A transaction-consistent cut: every transaction committed at or before log entry ``seq`` and no other.
 
-    ``ends[topic][partition]`` is the exclusive end offset of the cut in each partition.
+    ``ends[topic][partition]`` is the exclusive end offset of the cut in each partition, ``starts`` the log start.
     """
 
     seq: int
     ends: Mapping[str, Mapping[int, int]]
     starts: Mapping[str, Mapping[int, int]]
-
-
-def new_txn_id(pid: int, epoch: int) -> str:
-    """A transaction id unique in the store that names its origin: ``<pid>.<epoch>.<random>``."""
-    return f"{pid}.{epoch}.{uuid.uuid4().hex[:16]}"
 
 
 class TransactionCoordinator:
@@ -99,97 +111,140 @@ class TransactionCoordinator:
         self,
         store: Store,
         *,
-        checkpoint_interval: int = 100,
+        checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL,
+        partition_checkpoint_interval: int = PARTITION_CHECKPOINT_INTERVAL,
         transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
         transactional_id_expiration_ms: int = DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS,
+        group_commit: bool = True,
     ) -> None:
         self.store = store
-        self.log = TransactionLog(store, checkpoint_interval=checkpoint_interval)
+        self.log = TransactionLog(store, checkpoint_interval=checkpoint_interval, group_commit=group_commit,
+                                  partition_checkpoint_interval=partition_checkpoint_interval)
         self.checkpoint_interval = checkpoint_interval
+        self.partition_checkpoint_interval = partition_checkpoint_interval
         self.transaction_timeout_ms = transaction_timeout_ms
         self.transactional_id_expiration_ms = transactional_id_expiration_ms
         self._partitions: dict[tuple[str, int], PartitionLog] = {}
+        self._topics: dict[str, TopicMeta] = {}
         self._plock = threading.Lock()
-        self._complete_lock = threading.RLock()
+        self.log.open_partition = self.partition
 
-    # -- partitions -------------------------------------------------------------------------------------------
+    # -- topics and partitions --------------------------------------------------------------------------------
 
     def partition(self, topic: str, partition: int) -> PartitionLog:
-        """The (cached) marker log of one partition; call ``refresh()`` on it to see new commits."""
+        """The (cached) index of one partition, read up to the log's state when first opened; call ``refresh()``
+        on it (after ``log.refresh()``) to read what was committed since.
+
+        Raises:
+            CorruptLogError: the partition's records are damaged beyond what the log can recompute.
+        """
         key = (topic, partition)
         with self._plock:
             plog = self._partitions.get(key)
+            fresh = plog is None
             if plog is None:
-                plog = PartitionLog(self.store, topic, partition, checkpoint_interval=self.checkpoint_interval)
-                self._partitions[key] = plog
-            return plog
+                plog = PartitionLog(self.store, topic, partition, log=self.log,
+                                    checkpoint_interval=self.partition_checkpoint_interval)
+        if fresh:
+            plog.refresh()
+            with self._plock:
+                plog = self._partitions.setdefault(key, plog)
+        return plog
+
+    def know_topic(self, meta: TopicMeta) -> None:
+        """Remember a topic definition the caller already read (partition counts only grow)."""
+        with self._plock:
+            old = self._topics.get(meta.name)
+            if old is None or old.version <= meta.version:
+                self._topics[meta.name] = meta
+
+    def topic(self, name: str) -> TopicMeta:
+        """The topic's definition (cached; read again by :meth:`_check_partitions` when a partition is beyond it).
+
+        Raises:
+            TopicNotFoundError: no such topic.
+        """
+        with self._plock:
+            meta = self._topics.get(name)
+        if meta is None:
+            meta = get_topic(self.store, name)
+            self.know_topic(meta)
+        return meta
+
+    def _check_partitions(self, segs: Iterable[SegmentRef]) -> None:
+        for s in segs:
+            if not 0 <= s.partition < self.topic(s.topic).partitions:
+                meta = get_topic(self.store, s.topic)
+                self.know_topic(meta)
+                if not 0 <= s.partition < meta.partitions:
+                    raise TopicNotFoundError(f"topic {s.topic!r} has no partition {s.partition}")
 
     # -- producers --------------------------------------------------------------------------------------------
 
-    def init_producer(self, tid: str, *, timeout_ms: int | None = None, now: int | None = None) -> ProducerIdentity:
-        """Kafka's ``InitProducerId``: map ``tid`` to a producer id and bump its epoch, fencing every older one.
-
-        Whatever the previous epoch left open is finished first: a prepared commit is rolled forward, an
-        ongoing transaction is aborted (with the epoch bump, so its producer is fenced).
+    def init_producer(
+        self, tid: str, *, timeout_ms: int | None = None, ephemeral: bool = False
+    ) -> ProducerIdentity:
+        """Kafka's ``InitProducerId``: map ``tid`` to a producer id and bump its epoch, fencing every older one (a
+        transaction the older epoch had not committed can never commit).
 
         Raises:
             InvalidNameError: bad transactional id.
             InvalidOptionError: bad timeout.
+            CommitStateUnknownError: the store could not say whether the new epoch was recorded.
         """
         check_name("transactional id", tid)
+        return self._init(tid, timeout_ms, ephemeral)
+
+    def _init(self, tid: str, timeout_ms: int | None, ephemeral: bool) -> ProducerIdentity:
         timeout = self.transaction_timeout_ms if timeout_ms is None else timeout_ms
-        if not isinstance(timeout, int) or timeout <= 0:
+        if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout <= 0:
             raise InvalidOptionError(f"transaction timeout must be a positive number of ms, got {timeout!r}")
-        return self._init(tid, timeout, now)
+        for _ in range(100):
+            meta = self.log.refresh().producers.get(tid)
+            prev = None if meta is None else (meta.pid, meta.epoch)
+            req = init_request(tid, prev, timeout, ephemeral)
+            out = self.log.submit(req)
+            if out.status == "done":
+                if isinstance(out.item, InitItem):
+                    return ProducerIdentity(tid, out.item.pid, out.item.epoch)
+                got = self.log.state.producers.get(tid)
+                if got is not None and got.init_request == req.id:
+                    return ProducerIdentity(tid, got.pid, got.epoch)
+                continue  # expired again before this process looked: start over
+            if out.code != "stale":
+                raise InvalidTxnStateError(f"init of transactional id {tid!r} refused: {out.reason}")
+        raise InvalidTxnStateError(f"init of transactional id {tid!r} kept racing other inits")
 
-    def _init(self, tid: str, timeout: int, now: int | None) -> ProducerIdentity:
-        while True:
-            state = self.log.refresh()
-            meta = state.producers.get(tid)
-            if meta is not None and meta.state is TxnState.PREPARE_COMMIT:
-                self.complete_pending()
-                continue
-            if meta is not None and meta.state in (TxnState.ONGOING, TxnState.PREPARE_ABORT):
-                self._abort_open(tid, meta.pid, meta.epoch, meta.txn, fence=meta.state is TxnState.ONGOING,
-                                 reason="fenced by init_transactions", now=now)
-                continue
-            ts = now_ms() if now is None else now
+    def open_transaction(self, ident: ProducerIdentity, n: int) -> None:
+        """Record (a plain put, off the log) that transaction ``n`` of ``ident`` staged data, so the timeout sweep
+        can find it; the object's store time is the transaction's start on the store's clock."""
+        txn = ident.txn_id(n)
+        faults.point("open.before")
+        self.store.put(open_path(txn), json.dumps({"tid": ident.tid, "txn": txn}).encode())
+        faults.point("open.after")
 
-            def build(st: CoordinatorState, seq: int, writer: str, ts: int = ts) -> TxnEntry:
-                m = st.producers.get(tid)
-                if m is not None and not is_ready(m.state):
-                    raise _Retry()
-                pid = st.next_pid if m is None else m.pid
-                epoch = 0 if m is None else m.epoch + 1
-                return TxnEntry(seq, tid, pid, epoch, TxnState.EMPTY, ts, writer, timeout_ms=timeout)
+    def close_transaction(self, txn: str) -> None:
+        """Forget the open record of a decided transaction (best effort; the sweep removes leftovers)."""
+        try:
+            self.store.delete(open_path(txn))
+        except StoreError:
+            pass
 
-            try:
-                entry = self.log.append(build)
-            except _Retry:
-                continue
-            assert entry is not None
-            return ProducerIdentity(tid, entry.pid, entry.epoch)
-
-    def begin(self, ident: ProducerIdentity, txn: str, *, now: int | None = None) -> None:
-        """Record that ``txn`` is ongoing (Kafka's AddPartitionsToTxn), so the timeout sweep can see it.
+    def check_current(self, ident: ProducerIdentity) -> None:
+        """Read the log and check that ``ident`` is still the current epoch.
 
         Raises:
-            ProducerFencedError: a newer epoch exists.
-            InvalidTxnStateError: another transaction of this producer is open.
+            ProducerFencedError: a newer epoch exists, or the id expired.
         """
-        ts = now_ms() if now is None else now
+        meta = self.log.refresh().producers.get(ident.tid)
+        if meta is None or meta.pid != ident.pid or meta.epoch != ident.epoch:
+            now = "unknown (expired)" if meta is None else f"pid {meta.pid} epoch {meta.epoch}"
+            raise ProducerFencedError(
+                f"producer for transactional id {ident.tid!r} with pid {ident.pid} epoch {ident.epoch} is fenced: "
+                f"the current producer is {now}"
+            )
 
-        def build(st: CoordinatorState, seq: int, writer: str) -> TxnEntry | None:
-            meta = st.check_producer(ident.tid, ident.pid, ident.epoch)
-            if meta.state is TxnState.ONGOING and meta.txn == txn:
-                return None
-            if not is_ready(meta.state):
-                raise InvalidTxnStateError(
-                    f"transactional id {ident.tid!r} is {meta.state.value} ({meta.txn}); cannot begin {txn}"
-                )
-            return TxnEntry(seq, ident.tid, ident.pid, ident.epoch, TxnState.ONGOING, ts, writer, txn=txn)
-
-        self.log.append(build)
+    # -- commits and aborts -----------------------------------------------------------------------------------
 
     def commit(
         self,
@@ -198,177 +253,186 @@ class TransactionCoordinator:
         segments: Iterable[SegmentRef],
         *,
         offsets: Mapping[str, Mapping[str, Mapping[int, int]]] | None = None,
-        app_key: str | None = None,
-        now: int | None = None,
+        app: tuple[str, int] | None = None,
+        end_producer: bool = False,
     ) -> CommitResult:
-        """Commit transaction ``txn``: prepare (the commit point), markers, complete.
-
-        Segments whose sequence number is already committed are dropped (a retried send); a gap raises.
+        """Commit producer transaction ``txn`` (``ident.txn_id(n)``) publishing ``segments`` and the consumer-group
+        ``offsets``; with ``app = (app id, version)`` only if that version is above the app's last committed one
+        (otherwise nothing is published and ``already_committed`` is set). ``end_producer`` removes an ephemeral
+        producer. A transaction decided before (a retry) returns its recorded outcome.
 
         Raises:
             ProducerFencedError: a newer epoch exists; nothing becomes visible.
-            InvalidTxnStateError: the producer has another transaction open.
+            InvalidTxnStateError: ``txn`` was aborted, or is not the producer's next transaction.
             OutOfOrderSequenceError: a partition's sequence numbers skip one.
             TopicNotFoundError: a segment names a topic or partition that does not exist.
-            CommitStateUnknownError: the store could not say whether the commit point was written.
+            CommitStateUnknownError: the outcome could not be learned.
         """
+        ref = parse_txn_id(txn)
+        if ref is None or ref.kind != "p" or (ref.pid, ref.epoch) != (ident.pid, ident.epoch):
+            raise InvalidOptionError(f"transaction id {txn!r} is not one of producer {ident}")
         segs = tuple(segments)
-        offs = {g: {t: {str(p): int(o) for p, o in ps.items()} for t, ps in ts.items()}
-                for g, ts in (offsets or {}).items()}
-        for g in offs:
-            check_name("group", g)
         self._check_partitions(segs)
-        ts = now_ms() if now is None else now
+        offs = _offsets(offsets)
+        req = commit_request(txn=txn, tid=ident.tid, pid=ident.pid, epoch=ident.epoch, n=ref.n,
+                             app=None if app is None else check_name("txnAppId", app[0]),
+                             version=-1 if app is None else int(app[1]), token=None if app is None else txn,
+                             segments=segs, offsets=offs, end_producer=end_producer)
+        return self._commit_result(req, self.log.submit(req))
 
-        def build(st: CoordinatorState, seq: int, writer: str) -> TxnEntry:
-            meta = st.check_producer(ident.tid, ident.pid, ident.epoch)
-            if meta.state is TxnState.ONGOING and meta.txn != txn:
-                raise InvalidTxnStateError(
-                    f"commit of {txn!r} but transactional id {ident.tid!r} has {meta.txn!r} open"
-                )
-            if app_key is not None and st.committed_app_key(ident.tid, app_key) is not None:
-                raise AlreadyCommittedError(app_key)
-            kept = _check_sequences(st, ident.tid, segs)
-            return TxnEntry(seq, ident.tid, ident.pid, ident.epoch, TxnState.PREPARE_COMMIT, ts, writer, txn=txn,
-                            segments=kept, offsets=offs, app_key=app_key)
-
-        try:
-            prepare = self.log.append(build)
-        except AlreadyCommittedError:
-            prior = self.log.state.committed_app_key(ident.tid, app_key or "") or ""
-            self.complete_pending()
-            return CommitResult(prior, -1, {}, already_committed=True)
-        assert prepare is not None
-        self.complete_pending(upto=prepare.seq)
-        result = {}
-        for topic, p in prepare.partitions():
-            plog = self.partition(topic, p)
-            if txn not in plog.txns:
-                plog.refresh()  # another process completed it first: its markers are there, not yet read here
-            found = plog.txns.get(txn)
-            if found is not None:
-                result[(topic, p)] = (found[2], found[3])
-        return CommitResult(txn, prepare.seq, result)
-
-    def abort(self, ident: ProducerIdentity, txn: str, *, now: int | None = None) -> None:
-        """Abort ``txn``. Its staged segments never become visible (GC removes them later).
+    def commit_app(
+        self,
+        app: str,
+        version: int,
+        token: str,
+        segments: Iterable[SegmentRef],
+        *,
+        offsets: Mapping[str, Mapping[str, Mapping[int, int]]] | None = None,
+    ) -> CommitResult:
+        """Commit ``segments`` as version ``version`` of application ``app`` (Delta's ``SetTransaction``), only if
+        ``version`` is above the app's last committed version; otherwise nothing is published and
+        ``already_committed`` is set (a replay, or a zombie's late commit). ``token`` names this attempt.
 
         Raises:
-            ProducerFencedError: a newer epoch exists (the transaction is already aborted or was committed by
-                the roll-forward of a prepared commit).
-            InvalidTxnStateError: ``txn`` already reached its commit point.
+            InvalidTxnStateError: this attempt was reaped (GC found its files abandoned); replay the version.
+            TopicNotFoundError: a segment names a topic or partition that does not exist.
+            CommitStateUnknownError: the outcome could not be learned.
         """
-        st = self.log.refresh()
-        meta = st.check_producer(ident.tid, ident.pid, ident.epoch)
-        if meta.state is TxnState.PREPARE_COMMIT or (meta.state is TxnState.COMPLETE_COMMIT and meta.txn == txn):
-            raise InvalidTxnStateError(f"transaction {txn!r} of {ident.tid!r} is already committed")
-        if meta.state in (TxnState.ONGOING, TxnState.PREPARE_ABORT) and meta.txn == txn:
-            self._abort_open(ident.tid, ident.pid, ident.epoch, txn, fence=False, reason="aborted by producer",
-                             now=now)
+        check_name("application id", app)
+        segs = tuple(segments)
+        self._check_partitions(segs)
+        txn = app_txn_id(app, version, token)
+        req = commit_request(txn=txn, app=app, version=version, token=token, segments=segs,
+                             offsets=_offsets(offsets))
+        return self._commit_result(req, self.log.submit(req))
 
-    def abort_open(self, tid: str, txn: str, *, reason: str = "aborted by operator", now: int | None = None) -> bool:
-        """Abort transaction ``txn`` of ``tid`` if it is still ongoing, fencing its producer with an epoch bump
-        (an operator resolving a hung transaction). A transaction past its commit point is never aborted.
+    def _commit_result(self, req: TxnRequest, out: Outcome) -> CommitResult:
+        if out.status == "committed":
+            offsets = {}
+            if isinstance(out.item, CommitItem):
+                offsets = {(p.topic, p.partition): (p.base, p.base + p.rows) for p in out.item.parts if p.rows}
+            return CommitResult(req.txn, out.seq, offsets)
+        if out.status == "already_committed":
+            return CommitResult(req.txn, out.seq, {}, already_committed=True)
+        raise _error(req, out)
+
+    def abort(self, ident: ProducerIdentity, txn: str, *, reason: str = "aborted by producer",
+              end_producer: bool = False) -> None:
+        """Abort producer transaction ``txn``: it can never commit afterwards.
+
+        Raises:
+            ProducerFencedError: a newer epoch exists (the transaction can never commit anyway).
+            AlreadyCommittedError: ``txn`` was already committed (an InvalidTxnStateError).
+            CommitStateUnknownError: the outcome could not be learned.
+        """
+        ref = parse_txn_id(txn)
+        if ref is None or ref.kind != "p" or (ref.pid, ref.epoch) != (ident.pid, ident.epoch):
+            raise InvalidOptionError(f"transaction id {txn!r} is not one of producer {ident}")
+        req = abort_request(txn=txn, tid=ident.tid, pid=ident.pid, epoch=ident.epoch, n=ref.n, reason=reason,
+                            end_producer=end_producer)
+        out = self.log.submit(req)
+        if out.status == "aborted":
+            return
+        if out.status in ("committed", "already_committed"):
+            raise AlreadyCommittedError(f"transaction {txn} of {ident.tid!r} is already committed")
+        raise _error(req, out)
+
+    def abort_app(self, app: str, version: int, token: str, *, reason: str = "aborted") -> bool:
+        """Make attempt ``token`` of version ``version`` of ``app`` never committable (its files may then go).
 
         Returns:
-            True if this call aborted it; False if it was no longer ongoing (committed, aborted or replaced).
+            True if this attempt is now aborted; False if the version was committed (by this or another attempt).
+        Raises:
+            CommitStateUnknownError: the outcome could not be learned.
         """
-        meta = self.log.refresh().producers.get(tid)
-        if meta is None or meta.txn != txn or meta.state is not TxnState.ONGOING:
+        txn = app_txn_id(app, version, token)
+        req = abort_request(txn=txn, app=app, version=version, token=token, reason=reason)
+        out = self.log.submit(req)
+        if out.status == "aborted":
+            return True
+        if out.status in ("committed", "already_committed"):
             return False
-        before = self.log.state.seq
-        self._abort_open(tid, meta.pid, meta.epoch, txn, fence=True, reason=reason, now=now)
-        after = self.log.state.producers.get(tid)
-        return after is not None and after.txn == txn and after.state is TxnState.COMPLETE_ABORT and \
-            self.log.state.seq > before
+        raise _error(req, out)
 
-    def _abort_open(
-        self, tid: str, pid: int, epoch: int, txn: str | None, *, fence: bool, reason: str, now: int | None
-    ) -> None:
-        """PrepareAbort (with an epoch bump when fencing) then CompleteAbort, each skipped if already there."""
-        ts = now_ms() if now is None else now
-        new_epoch = epoch + 1 if fence else epoch
-
-        def prep(st: CoordinatorState, seq: int, writer: str) -> TxnEntry | None:
-            m = st.producers.get(tid)
-            if m is None or m.pid != pid or m.txn != txn or m.state is not TxnState.ONGOING or m.epoch != epoch:
-                return None
-            return TxnEntry(seq, tid, pid, new_epoch, TxnState.PREPARE_ABORT, ts, writer, txn=txn, reason=reason)
-
-        def done(st: CoordinatorState, seq: int, writer: str) -> TxnEntry | None:
-            m = st.producers.get(tid)
-            if m is None or m.pid != pid or m.txn != txn or m.state is not TxnState.PREPARE_ABORT:
-                return None
-            return TxnEntry(seq, tid, pid, m.epoch, TxnState.COMPLETE_ABORT, ts, writer, txn=txn, reason=reason)
-
-        self.log.append(prep)
-        self.log.append(done)
-
-    # -- roll-forward -----------------------------------------------------------------------------------------
-
-    def complete_pending(self, upto: int | None = None) -> int:
-        """Finish every prepared-but-incomplete commit (all of them, or those at or before log entry ``upto``),
-        in log order: markers in each touched partition, then CompleteCommit. Idempotent.
+    def abort_open(self, txn: str, *, reason: str = "aborted by operator") -> bool:
+        """Abort open transaction ``txn`` (an operator resolving a hung transaction): a producer transaction is
+        aborted with an epoch bump, fencing its producer; an application attempt is reaped. Never aborts what was
+        committed.
 
         Returns:
-            the number of transactions this call completed.
+            True if this call aborted it; False if it was decided already (committed or aborted).
         """
-        done = 0
-        with self._complete_lock:
-            state = self.log.refresh()
-            for txn, prepare in list(state.pending.items()):
-                if upto is not None and prepare.seq > upto:
-                    break
-                for (topic, p), segs in segments_by_partition(prepare.segments).items():
-                    plog = self.partition(topic, p)
-                    plog.ensure_marker(prepare, segs)
-                ts = prepare.ts
+        ref = parse_txn_id(txn)
+        if ref is None:
+            raise InvalidOptionError(f"{txn!r} is not a transaction id")
+        if ref.kind == "a":
+            return self.abort_app(ref.app, ref.version, ref.token, reason=reason)
+        meta = self.log.refresh().producer_by_pid(ref.pid)
+        if meta is None or meta.epoch != ref.epoch or ref.n <= meta.last_txn:
+            return False
+        req = abort_request(txn=txn, tid=meta.tid, pid=ref.pid, epoch=ref.epoch, n=ref.n, reason=reason, fence=True)
+        out = self.log.submit(req)
+        self.close_transaction(txn)
+        return out.status == "aborted" and out.item is not None and out.item.request == req.id
 
-                def build(st: CoordinatorState, seq: int, writer: str, prepare: TxnEntry = prepare,
-                          txn: str = txn, ts: int = ts) -> TxnEntry | None:
-                    if txn not in st.pending:
-                        return None
-                    return TxnEntry(seq, prepare.tid, prepare.pid, prepare.epoch, TxnState.COMPLETE_COMMIT, ts,
-                                    writer, txn=txn)
-
-                if self.log.append(build) is not None:
-                    done += 1
-        return done
+    def txn_status(self, txn: str) -> str:
+        """What the log says of transaction ``txn``: ``committed``, ``aborted``, ``undecided`` or ``unknown``
+        (decided long ago: the state keeps only each producer's last decision)."""
+        st = self.log.refresh()
+        ref = parse_txn_id(txn)
+        if ref is None:
+            return "unknown"
+        seen = self.log.decision("c-" + txn) or self.log.decision("x-" + txn)
+        if seen is not None:
+            item = seen[0]
+            return "committed" if isinstance(item, CommitItem) else ("aborted" if item.op == "abort" else "unknown")
+        if ref.kind == "p":
+            meta = st.producer_by_pid(ref.pid)
+            if meta is None:
+                return "unknown" if ref.pid < st.next_pid else "undecided"
+            if meta.epoch != ref.epoch:
+                return "unknown"  # decided before the epoch moved on: committed then, or never
+            if ref.n > meta.last_txn:
+                return "undecided"
+            if ref.n == meta.last_txn:
+                return "committed" if meta.last_outcome == "committed" else "aborted"
+            return "unknown"
+        am = st.apps.get(ref.app)
+        if am is None or ref.version > am.version:
+            reaped = am is not None and (ref.version, ref.token) in am.reaped
+            return "aborted" if reaped else "undecided"
+        return "committed" if am.token == ref.token and am.version == ref.version else "aborted"
 
     # -- reading ----------------------------------------------------------------------------------------------
 
     def snapshot(
         self, topics: Iterable[str] | None = None, *, partitions: Mapping[str, Iterable[int]] | None = None
     ) -> Snapshot:
-        """A transaction-consistent cut of ``topics`` (all topics if None) at the current end of the log; with
-        ``partitions``, only those partitions of each topic named there are opened (a damaged partition does
-        not stop readers of the others).
-
-        Prepared commits are rolled forward first, so the cut never shows a transaction in some of its
-        partitions only.
+        """A transaction-consistent cut of ``topics`` (all topics if None) at the current end of the log: every
+        partition's offsets come from the log's state, so no partition is opened (read-only: nothing is written).
+        With ``partitions``, only those partitions of each topic named there are included.
 
         Raises:
             TopicNotFoundError: a named topic does not exist.
-            CorruptLogError: a partition's log cannot be read (naming the file).
         """
         names = list(topics) if topics is not None else list_topics(self.store)
-        metas = [get_topic(self.store, t) for t in names]
-        self.complete_pending()
-        state = self.log.state
-        # Completing may have read newer entries, including commit points whose markers another process is
-        # still writing: cut just before the oldest one still pending.
-        seq = min([state.seq] + [e.seq - 1 for e in state.pending.values()])
+        from coordinator import parallel
+
+        parallel.pmap(self.topic, [n for n in names if n not in self._topics])
+        metas = [self.topic(n) for n in names]
+        st = self.log.refresh()
         ends: dict[str, dict[int, int]] = {}
         starts: dict[str, dict[int, int]] = {}
         for meta in metas:
-            wanted = range(meta.partitions) if partitions is None or meta.name not in partitions \
+            known = {p for (t, p) in st.partitions if t == meta.name}
+            every = sorted(set(range(meta.partitions)) | known)
+            wanted = every if partitions is None or meta.name not in partitions \
                 else sorted(set(partitions[meta.name]))
             for p in wanted:
-                plog = self.partition(meta.name, p)
-                plog.refresh()
-                ends.setdefault(meta.name, {})[p] = plog.end_offset_at(seq)
-                starts.setdefault(meta.name, {})[p] = plog.start_offset
-        return Snapshot(seq, ends, starts)
+                pm = st.partition(meta.name, p)
+                ends.setdefault(meta.name, {})[p] = pm.end
+                starts.setdefault(meta.name, {})[p] = pm.start
+        return Snapshot(st.seq, ends, starts)
 
     def commit_group_offsets(self, group: str, offsets: Mapping[str, Mapping[int, int]]) -> None:
         """Record consumer-group progress outside any transaction (Kafka's ``commitSync``): a transaction of the
@@ -376,94 +440,126 @@ class TransactionCoordinator:
 
         Raises:
             InvalidNameError: bad group name.
+            CommitStateUnknownError: the outcome could not be learned.
         """
         check_name("group", group)
         tid = f"{GROUP_TID_PREFIX}{group}"
-        st = self.log.refresh()
-        meta = st.producers.get(tid)
-        if meta is not None and is_ready(meta.state):
-            ident = ProducerIdentity(tid, meta.pid, meta.epoch)
-        else:
-            ident = self._init_reserved(tid)
-        try:
-            self.commit(ident, new_txn_id(ident.pid, ident.epoch), (), offsets={group: offsets})
-        except ProducerFencedError:
-            ident = self._init_reserved(tid)
-            self.commit(ident, new_txn_id(ident.pid, ident.epoch), (), offsets={group: offsets})
-
-    def _init_reserved(self, tid: str) -> ProducerIdentity:
-        return self._init(tid, self.transaction_timeout_ms, None)
+        for _ in range(10):
+            meta = self.log.refresh().producers.get(tid)
+            if meta is None or not is_ready(meta.state):
+                ident = self._init(tid, None, False)
+                n = 0
+            else:
+                ident = ProducerIdentity(tid, meta.pid, meta.epoch)
+                n = meta.last_txn + 1
+            try:
+                self.commit(ident, ident.txn_id(n), (), offsets={group: offsets})
+                return
+            except (ProducerFencedError, InvalidTxnStateError):
+                continue  # another process committed this group's offsets meanwhile: take the next number
+        raise InvalidTxnStateError(f"offsets of group {group!r} kept racing other commits of the same group")
 
     def group_offsets(self, group: str) -> dict[str, dict[int, int]]:
         """The offsets committed for consumer group ``group``: topic -> partition -> next offset."""
         check_name("group", group)
         return self.log.refresh().group_offsets(group)
 
+    def repair_records(self, *, damaged: bool = False) -> int:
+        """Write every partition record of the log entries since the newest checkpoint that is missing (derived
+        data a crashed writer left out); with ``damaged``, also every record of *every retained* entry whose bytes
+        differ from what its entry defines (an operator's repair of a damaged partition). Returns how many records
+        were written. Never needed for correctness while the defining entries are retained.
+        """
+        from coordinator.layout import TXN_LOG, marker_path
+        from coordinator.partrecords import records_of
+        from coordinator.txnlog import ensure_records
+
+        st = self.log.refresh()
+        if not damaged:
+            first = max(0, self.log.checkpoint_seq + 1)
+            entries = [self.log.entry(s) for s in range(first, st.seq + 1)]
+            return ensure_records(self.store, entries)
+        from coordinator.layout import parse_seq
+
+        seqs = [n for n in (parse_seq(x) for x in self.store.list(TXN_LOG)) if n is not None]
+        written = 0
+        for seq in seqs:
+            for (t, p), rec in records_of(self.log.entry(seq)).items():
+                path = marker_path(t, p, rec.idx)
+                want = rec.to_bytes()
+                try:
+                    have = self.store.get(path)
+                except FileNotFoundError:
+                    have = None
+                if have != want:
+                    self.store.put(path, want)
+                    written += 1
+        return written
+
     # -- sweeps -----------------------------------------------------------------------------------------------
 
-    def abort_timed_out(self, now: int | None = None) -> list[str]:
-        """Abort (with an epoch bump) every transaction ongoing longer than its timeout; roll forward prepared
-        commits. Returns the transactional ids whose transaction was aborted."""
-        t = now_ms() if now is None else now
-        self.complete_pending()
+    def abort_timed_out(self, now: float | None = None) -> list[str]:
+        """Abort, with an epoch bump, every producer transaction whose data has been staged for longer than the
+        producer's timeout, judged on the store's clock (``now``: the store's time in ms, for tests).
+
+        Returns:
+            the transactional ids whose transaction this call aborted (one a commit beat is not listed).
+        """
+        infos = self.store.list_info(TXN_OPEN)
+        t = self.store.now() * 1000 if now is None else now
+        st = self.log.refresh()
         aborted = []
-        for meta in list(self.log.refresh().producers.values()):
-            if meta.state is TxnState.ONGOING and meta.txn_start_ts is not None \
-                    and t - meta.txn_start_ts > meta.timeout_ms:
-                self._abort_open(meta.tid, meta.pid, meta.epoch, meta.txn, fence=True,
-                                 reason="transaction timeout", now=t)
+        for info in infos:
+            txn = info.path.rsplit("/", 1)[-1].removesuffix(".json")
+            ref = parse_txn_id(txn)
+            if ref is None or ref.kind != "p":
+                continue
+            meta = st.producer_by_pid(ref.pid)
+            if meta is None or meta.epoch != ref.epoch or ref.n <= meta.last_txn:
+                self.close_transaction(txn)
+                continue
+            if t - info.mtime * 1000 <= meta.timeout_ms:
+                continue
+            req = abort_request(txn=txn, tid=meta.tid, pid=ref.pid, epoch=ref.epoch, n=ref.n,
+                                reason="transaction timeout", fence=True)
+            out = self.log.submit(req)
+            if out.status == "aborted" and out.item is not None and out.item.request == req.id:
                 aborted.append(meta.tid)
+            self.close_transaction(txn)
         return aborted
 
     def expire_transactional_ids(self, now: int | None = None) -> list[str]:
-        """Forget transactional ids idle (no open transaction) for longer than the expiration; a producer of an
-        expired id is fenced. Returns the expired ids."""
+        """Forget transactional ids idle longer than the expiration; a producer of an expired id is fenced and its
+        pid is never reused. Returns the expired ids."""
         t = now_ms() if now is None else now
         expired = []
         for meta in list(self.log.refresh().producers.values()):
             if is_ready(meta.state) and t - meta.last_ts > self.transactional_id_expiration_ms:
-                def build(st: CoordinatorState, seq: int, writer: str, tid: str = meta.tid,
-                          last: int = meta.last_ts) -> TxnEntry | None:
-                    m = st.producers.get(tid)
-                    if m is None or not is_ready(m.state) or m.last_ts != last:
-                        return None
-                    return TxnEntry(seq, tid, m.pid, m.epoch, TxnState.DEAD, t, writer, reason="expired")
-
-                if self.log.append(build) is not None:
+                req = ExpireRequest(f"e-{uuid.uuid4().hex}", tid=meta.tid, pid=meta.pid, epoch=meta.epoch,
+                                    last_ts=meta.last_ts, reason="expired")
+                if self.log.submit(req).status == "done":
                     expired.append(meta.tid)
         return expired
 
-    # -- helpers ----------------------------------------------------------------------------------------------
 
-    def _check_partitions(self, segs: tuple[SegmentRef, ...]) -> None:
-        counts: dict[str, int] = {}
-        for s in segs:
-            if s.topic not in counts:
-                counts[s.topic] = get_topic(self.store, s.topic).partitions
-            if not 0 <= s.partition < counts[s.topic]:
-                raise TopicNotFoundError(f"topic {s.topic!r} has no partition {s.partition}")
+def _offsets(offsets: Mapping[str, Mapping[str, Mapping[int, int]]] | None) -> dict[str, dict[str, dict[str, int]]]:
+    offs = {g: {t: {str(p): int(o) for p, o in ps.items()} for t, ps in ts.items()}
+            for g, ts in (offsets or {}).items()}
+    for g in offs:
+        check_name("group", g)
+    return offs
 
 
-class _Retry(Exception):
-    """Internal: the state moved under an init; start over."""
-
-
-def _check_sequences(st: CoordinatorState, tid: str, segs: tuple[SegmentRef, ...]) -> tuple[SegmentRef, ...]:
-    """Drop segments whose sequence number is already committed; refuse gaps (Kafka's OutOfOrderSequence)."""
-    kept: list[SegmentRef] = []
-    expected: dict[tuple[str, int], int] = {}
-    for s in segs:
-        if s.seq is None:
-            kept.append(s)
-            continue
-        key = (s.topic, s.partition)
-        nxt = expected.get(key, st.last_sequence(tid, s.topic, s.partition) + 1)
-        if s.seq < nxt:
-            continue
-        if s.seq > nxt:
-            raise OutOfOrderSequenceError(
-                f"producer {tid!r} skipped sequence numbers in {s.topic}/{s.partition}: expected {nxt}, got {s.seq}"
-            )
-        expected[key] = nxt + 1
-        kept.append(s)
-    return tuple(kept)
+def _error(req: TxnRequest, out: Outcome) -> Exception:
+    """The error a requester gets for a non-success outcome."""
+    if out.status == "rejected":
+        if out.code == "fenced":
+            return ProducerFencedError(out.reason)
+        if out.code == "sequence":
+            return OutOfOrderSequenceError(out.reason)
+        return InvalidTxnStateError(out.reason)
+    if out.status == "aborted":
+        return InvalidTxnStateError(f"transaction {req.txn} was aborted ({out.reason or 'no reason recorded'})")
+    if out.status == "committed":
+        return InvalidTxnStateError(f"transaction {req.txn} was committed")
+    return CommitStateUnknownError(f"the outcome of transaction {req.txn} is not known to this process: {out.reason}")

@@ -64,6 +64,14 @@ class StoreError(TxnLogError):
     """The object store failed in a way retries could not overcome."""
 
 
+class UnsupportedFormatError(TxnLogError):
+    """The store (or one of its records) was written by another txnlog store format than this version reads."""
+
+
+class NoStoreError(TxnLogError):
+    """No txnlog store exists at the given URL (a read-only command never creates one)."""
+
+
 class UnsupportedStoreError(StoreError):
     """The store does not honour conditional writes (create-if-absent), so it cannot hold a transaction log."""
 
@@ -72,5 +80,5 @@ class OffsetOutOfRangeError(TxnLogError):
     """A reader asked for offsets outside the partition's range (below the log start or past its end)."""
 
 
-class AlreadyCommittedError(TxnLogError):
-    """The application idempotency key of this commit was already committed by an earlier transaction."""
+class AlreadyCommittedError(InvalidTxnStateError):
+    """An abort (or a second commit) named a transaction that is already committed."""

@@ -25,7 +25,6 @@ import pandas as pd
 from coordinator import inspect as ti
 from coordinator.coordinator import TransactionCoordinator
 from coordinator.layout import check_name
-from coordinator.records import TxnState
 from coordinator.store import Store, StoreOptions, open_store
 from coordinator.topics import get_topic
 
@@ -103,25 +102,15 @@ class StoreView:
         return ti.frame(ti.transactions(self.store, coordinator=self.coordinator)["producers"])
 
     def transactions(self, scan: int = 2000) -> pd.DataFrame:
-        """Transactions found in the last ``scan`` log entries: outcome (committed, aborted, open, in doubt),
-        start and end time, duration, records."""
+        """Transaction decisions found in the last ``scan`` log entries: outcome (committed, aborted, skipped,
+        rejected), decision time, records, partitions touched, groups and reason."""
         entries = ti.log_tail(self.store, scan, self.coordinator.log.refresh().seq)
-        rows: dict[str, dict[str, Any]] = {}
-        for e in entries:
-            if e.txn is None:
-                continue
-            row = rows.setdefault(e.txn, {"txn": e.txn, "tid": e.tid, "start": e.ts, "end": None,
-                                          "records": 0, "outcome": "open"})
-            if e.state is TxnState.PREPARE_COMMIT:
-                row["records"] = sum(s.rows for s in e.segments)
-                row["outcome"] = "in doubt"
-            elif e.state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
-                row["end"] = e.ts
-                row["outcome"] = "committed" if e.state is TxnState.COMPLETE_COMMIT else "aborted"
-        df = pd.DataFrame(list(rows.values()), columns=["txn", "tid", "outcome", "start", "end", "records"])
-        df["duration_ms"] = df["end"] - df["start"]
-        for c in ("start", "end"):
-            df[c] = pd.to_datetime(df[c], unit="ms", utc=True)
+        rows = [r for e in entries for r in ti.decision_rows(e, e.ts)]
+        cols = ["txn", "tid", "app", "outcome", "ts", "records", "partitions", "groups", "reason", "seq"]
+        df = pd.DataFrame(rows, columns=cols)
+        df["ts"] = pd.to_datetime(df["ts"], unit="ms", utc=True)
+        df["partitions"] = df["partitions"].map(lambda v: ",".join(v) if isinstance(v, list) else v)
+        df["groups"] = df["groups"].map(lambda v: ",".join(v) if isinstance(v, list) else v)
         return df
 
     def commits(self, topic: str) -> pd.DataFrame:
@@ -155,5 +144,5 @@ class StoreView:
         return (f"<h4>txnlog store {html.escape(self.store.url)}</h4>"
                 + _html_table(tops, tcols, "topics")
                 + _html_table([p for p in tx["producers"] if not p["reserved"]], pcols, "producers")
-                + f"<p>{len(tx['open'])} open, {len(tx['in_doubt'])} in doubt, transaction log at entry "
+                + f"<p>{len(tx['open'])} open, {len(tx['waiting'])} waiting, transaction log at entry "
                   f"{tx['log_seq']}</p>")

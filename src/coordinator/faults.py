@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-__all__ = ["InjectedCrash", "install", "point", "injected"]
+__all__ = ["InjectedCrash", "current", "install", "point", "injected"]
 
 
 class InjectedCrash(BaseException):
@@ -42,8 +42,13 @@ def install(injector: Callable[[str], None] | None, *, all_threads: bool = False
         _local.injector = injector
 
 
+def current() -> Callable[[str], None] | None:
+    """The injector installed for this thread (None: none)."""
+    return getattr(_local, "injector", None)
+
+
 @contextmanager
-def injected(injector: Callable[[str], None]) -> Iterator[None]:
+def injected(injector: Callable[[str], None] | None) -> Iterator[None]:
     """Run a block with ``injector`` installed in this thread."""
     old = getattr(_local, "injector", None)
     _local.injector = injector

@@ -1,16 +1,15 @@
 """Read-only inspection of a store: topics, partitions, transactions, consumer groups and lag, integrity checks and
 record dumps, as plain dicts/lists (for scripts and the ``txnlog`` command line) or pandas DataFrames (notebooks).
 
-Nothing here writes to the store: prepared-but-incomplete commits are reported as *in doubt*, never rolled forward
-(that is ``TransactionCoordinator.complete_pending``'s job, or ``txnlog resolve``), and end offsets are those of
-the markers already written.
+Nothing here writes to the store: a partition record not yet written is computed from the log entry that defines
+it, and end offsets are those of the log's state.
 
 ```python
 from coordinator import open_store
 from coordinator import inspect as ti
 store = open_store("file:///data/lake", probe=False)
 ti.frame(ti.topics(store))          # a DataFrame, one row per topic
-ti.transactions(store)["in_doubt"]  # prepared commits still waiting for their markers
+ti.transactions(store)["open"]      # producer transactions that staged data and are not decided
 ti.verify(store)                    # [] when every file is sound
 ```
 """
@@ -25,11 +24,14 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from coordinator.coordinator import GROUP_TID_PREFIX, TransactionCoordinator
+from coordinator.decisions import decided_by_name
 from coordinator.errors import CorruptLogError, InvalidOptionError, TopicNotFoundError, TxnLogError
 from coordinator.layout import (
     TOPICS,
     TXN_CHECKPOINT,
+    TXN_INTENTS,
     TXN_LOG,
+    TXN_OPEN,
     marker_dir,
     parse_seq,
     partition_checkpoint_dir,
@@ -38,8 +40,18 @@ from coordinator.layout import (
     topic_meta_dir,
 )
 from coordinator.partition import IndexedSegment, PartitionLog
+from coordinator.partrecords import CommitOp, PartitionRecord, ReplaceOp, records_of
 from coordinator.reader import output_schema, read_slices, uncommitted_paths
-from coordinator.records import Marker, ReplaceRecord, TxnEntry, TxnState, decode_json, decode_partition_record
+from coordinator.records import (
+    AbortItem,
+    CommitItem,
+    LogEntry,
+    RejectItem,
+    TxnState,
+    check_format,
+    decode_json,
+    parse_txn_id,
+)
 from coordinator.segments import decode_segment
 from coordinator.store import Store
 from coordinator.topics import TopicMeta, get_topic, list_topics
@@ -50,8 +62,6 @@ if TYPE_CHECKING:
 
 #: Called with the number of units just finished (segments read, entries checked) for progress display.
 ProgressFn = Callable[[int], None]
-OPEN_STATES = (TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
-IN_DOUBT_STATES = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
 
 
 class GroupNotFoundError(TxnLogError):
@@ -88,6 +98,7 @@ def partition_info(
         "segments": len(plog.segments),
         "bytes": sum(s.size for s in plog.segments),
         "markers": plog.next_idx,
+        "damaged": None,
         "last_commit_ts": max((s.ts for s in plog.segments), default=None),
     }
     if staged:
@@ -147,52 +158,53 @@ def transactions(
     """The coordinator's view of transactions.
 
     Returns a dict with ``log_seq`` (last transaction-log entry), ``producers`` (every transactional id: pid,
-    epoch, state, open transaction, ``age_ms`` of the open transaction, ``idle_ms`` since its last entry,
-    ``timeout_ms``, ``timed_out``, ``in_doubt``), ``open`` (producers with an ongoing transaction), ``in_doubt``
-    (prepared but incomplete: PrepareCommit waiting for markers, PrepareAbort waiting for its completion, with
-    the partitions and records a prepared commit names) and ``recent`` (the last ``recent`` completed
-    transactions found in the last ``scan`` log entries, newest first).
+    epoch, state, last decided transaction and its outcome, ``idle_ms`` since its last decision, ``timeout_ms``),
+    ``open`` (producer transactions that staged data and are not decided: ``age_ms`` on the store's clock,
+    ``timed_out``), ``waiting`` (requests published for group commit and not decided yet) and ``recent`` (the
+    last ``recent`` decisions found in the last ``scan`` log entries, newest first). ``in_doubt`` lists the open
+    transactions again (what ``txnlog resolve --all`` acts on): with format 2 no transaction is ever half
+    committed, so "in doubt" means "open, its producer may still commit or abort it".
     """
-    t = now_ms() if now is None else now
     coord = _coord(store, coordinator)
+    infos = store.list_info(TXN_OPEN)
+    t = int(store.now() * 1000) if now is None else now
     state = coord.log.refresh()
     producers = []
     for m in sorted(state.producers.values(), key=lambda m: m.tid):
-        age = None if m.txn_start_ts is None or m.state not in OPEN_STATES else t - m.txn_start_ts
         producers.append({
-            "tid": m.tid, "pid": m.pid, "epoch": m.epoch, "state": m.state.value,
-            "txn": m.txn if m.state in OPEN_STATES else None, "age_ms": age, "idle_ms": t - m.last_ts,
-            "timeout_ms": m.timeout_ms, "timed_out": m.state is TxnState.ONGOING and age is not None
-            and age > m.timeout_ms, "in_doubt": m.state in IN_DOUBT_STATES,
-            "reserved": m.tid.startswith(GROUP_TID_PREFIX),
+            "tid": m.tid, "pid": m.pid, "epoch": m.epoch, "state": m.state.value, "last_txn": m.last_txn,
+            "last_outcome": m.last_outcome, "idle_ms": t - m.last_ts, "timeout_ms": m.timeout_ms,
+            "reserved": m.tid.startswith(GROUP_TID_PREFIX), "ephemeral": m.ephemeral,
         })
-    in_doubt = []
-    for txn, prep in state.pending.items():
-        in_doubt.append(_entry_row(prep, t) | {"txn": txn})
-    for m in state.producers.values():
-        if m.state is TxnState.PREPARE_ABORT:
-            in_doubt.append({"txn": m.txn, "tid": m.tid, "pid": m.pid, "epoch": m.epoch, "state": m.state.value,
-                             "seq": None, "ts": m.last_ts, "age_ms": t - m.last_ts, "partitions": [],
-                             "records": 0, "segments": 0})
+    opened = []
+    for info in infos:
+        txn = info.path.rsplit("/", 1)[-1].removesuffix(".json")
+        ref = parse_txn_id(txn)
+        if ref is None or ref.kind != "p":
+            continue
+        pm = state.producer_by_pid(ref.pid)
+        if pm is None or pm.epoch != ref.epoch or ref.n <= pm.last_txn:
+            continue  # decided: a leftover open record
+        age = t - int(info.mtime * 1000)
+        opened.append({"txn": txn, "tid": pm.tid, "pid": ref.pid, "epoch": ref.epoch, "state": "Ongoing",
+                       "age_ms": age, "timeout_ms": pm.timeout_ms, "timed_out": age > pm.timeout_ms})
+    waiting = []
+    for info in store.list_info(TXN_INTENTS):
+        rid = info.path.rsplit("/", 1)[-1].removesuffix(".json")
+        if not decided_by_name(rid, state):
+            waiting.append({"request": rid, "age_ms": t - int(info.mtime * 1000)})
     return {
         "log_seq": state.seq,
         "producers": producers,
-        "open": [p for p in producers if p["state"] == TxnState.ONGOING.value],
-        "in_doubt": in_doubt,
+        "open": opened,
+        "in_doubt": opened,
+        "waiting": waiting,
         "recent": recent_transactions(store, limit=recent, scan=scan, last_seq=state.seq, now=t),
     }
 
 
-def _entry_row(e: TxnEntry, now: int) -> dict[str, Any]:
-    return {
-        "txn": e.txn, "tid": e.tid, "pid": e.pid, "epoch": e.epoch, "state": e.state.value, "seq": e.seq,
-        "ts": e.ts, "age_ms": now - e.ts, "partitions": [f"{t}/{p}" for t, p in e.partitions()],
-        "records": sum(s.rows for s in e.segments), "segments": len(e.segments),
-    }
-
-
-def log_tail(store: Store, scan: int, last_seq: int | None = None) -> list[TxnEntry]:
-    """The last ``scan`` entries of the transaction log, oldest first (fewer if the log is shorter).
+def log_tail(store: Store, scan: int, last_seq: int | None = None) -> list[LogEntry]:
+    """The last ``scan`` retained entries of the transaction log, oldest first (fewer if fewer are retained).
 
     Raises:
         CorruptLogError: an entry cannot be decoded.
@@ -201,53 +213,77 @@ def log_tail(store: Store, scan: int, last_seq: int | None = None) -> list[TxnEn
         return []
     start_after = None if last_seq is None or last_seq - scan < 0 else seq_name(last_seq - scan)
     names = [n for n in store.list(TXN_LOG, start_after=start_after) if parse_seq(n) is not None][-scan:]
-    return [TxnEntry.from_bytes(store.get(f"{TXN_LOG}/{n}"), f"{TXN_LOG}/{n}") for n in names]
+    return [LogEntry.from_bytes(store.get(f"{TXN_LOG}/{n}"), f"{TXN_LOG}/{n}") for n in names]
+
+
+def decision_rows(entry: LogEntry, now: int) -> list[dict[str, Any]]:
+    """One row per transaction decision in ``entry``: what it touched (partitions, records, groups), the outcome
+    and the reason."""
+    rows = []
+    for item in entry.items:
+        base = {"seq": entry.seq, "ts": entry.ts, "age_ms": now - entry.ts, "request": item.request}
+        if isinstance(item, CommitItem):
+            rows.append(base | {
+                "txn": item.txn, "tid": item.tid, "app": item.app,
+                "version": item.version if item.app is not None else None, "outcome": "committed",
+                "state": TxnState.COMPLETE_COMMIT.value,
+                "partitions": [f"{p.topic}/{p.partition}" for p in item.parts if p.rows],
+                "records": item.records, "segments": sum(len(p.segments) for p in item.parts),
+                "groups": sorted(item.offsets), "reason": None})
+        elif isinstance(item, AbortItem):
+            rows.append(base | {
+                "txn": item.txn, "tid": item.tid, "app": item.app,
+                "version": item.version if item.app is not None else None,
+                "outcome": "skipped" if item.skipped else "aborted", "state": TxnState.COMPLETE_ABORT.value,
+                "partitions": [], "records": 0, "segments": 0, "groups": [], "reason": item.reason})
+        elif isinstance(item, RejectItem):
+            rows.append(base | {
+                "txn": item.txn or None, "tid": None, "app": None, "version": None, "outcome": "rejected",
+                "state": None, "partitions": [], "records": 0, "segments": 0, "groups": [],
+                "reason": f"{item.code}: {item.reason}"})
+    return rows
 
 
 def recent_transactions(store: Store, *, limit: int = 20, scan: int = 1000, last_seq: int | None = None,
                         now: int | None = None) -> list[dict[str, Any]]:
-    """Completed transactions (CompleteCommit / CompleteAbort) among the last ``scan`` log entries, newest first:
-    the outcome, when it was decided and, for commits whose PrepareCommit is in the window, what they published."""
+    """Transaction decisions (commits, aborts, rejections) among the last ``scan`` log entries, newest first."""
     if limit <= 0:
         return []
     t = now_ms() if now is None else now
-    entries = log_tail(store, scan, last_seq)
-    prepares = {e.txn: e for e in entries if e.state is TxnState.PREPARE_COMMIT}
-    out = []
-    for e in reversed(entries):
-        if e.state not in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT) or e.txn is None:
-            continue
-        prep = prepares.get(e.txn)
-        row = _entry_row(prep, t) if prep is not None else _entry_row(e, t)
-        row.update(state=e.state.value, seq=e.seq, outcome="committed" if e.state is TxnState.COMPLETE_COMMIT
-                   else "aborted", reason=e.reason)
-        out.append(row)
+    out: list[dict[str, Any]] = []
+    for e in reversed(log_tail(store, scan, last_seq)):
+        out += reversed(decision_rows(e, t))
         if len(out) >= limit:
             break
-    return out
+    return out[:limit]
 
 
 def find_transaction(store: Store, txn: str, *, scan: int = 1000,
                      coordinator: TransactionCoordinator | None = None) -> dict[str, Any] | None:
-    """Where transaction ``txn`` stands: ``{"txn", "tid", "state", "status"}`` with status ``in_doubt_commit``,
-    ``in_doubt_abort``, ``ongoing``, ``committed`` or ``aborted``; None if neither the coordinator state nor the
-    last ``scan`` log entries know it."""
+    """Where transaction ``txn`` stands: ``{"txn", "tid", "pid", "epoch", "status"}`` with status ``ongoing``
+    (open: staged data, not decided), ``committed``, ``aborted`` or ``unknown``; None if the id does not parse."""
     coord = _coord(store, coordinator)
-    state = coord.log.refresh()
-    if txn in state.pending:
-        p = state.pending[txn]
-        return {"txn": txn, "tid": p.tid, "pid": p.pid, "epoch": p.epoch, "state": p.state.value,
-                "status": "in_doubt_commit"}
-    for m in state.producers.values():
-        if m.txn == txn and m.state in (TxnState.ONGOING, TxnState.PREPARE_ABORT):
-            status = "ongoing" if m.state is TxnState.ONGOING else "in_doubt_abort"
-            return {"txn": txn, "tid": m.tid, "pid": m.pid, "epoch": m.epoch, "state": m.state.value,
-                    "status": status}
-    for e in reversed(log_tail(store, scan, state.seq)):
-        if e.txn == txn and e.state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
-            return {"txn": txn, "tid": e.tid, "pid": e.pid, "epoch": e.epoch, "state": e.state.value,
-                    "status": "committed" if e.state is TxnState.COMPLETE_COMMIT else "aborted"}
-    return None
+    ref = parse_txn_id(txn)
+    if ref is None:
+        return None
+    status = coord.txn_status(txn)
+    tid = None
+    if ref.kind == "p":
+        m = coord.log.state.producer_by_pid(ref.pid)
+        tid = None if m is None else m.tid
+    if status == "undecided":
+        status = "ongoing"
+    if status == "unknown":
+        for e in reversed(log_tail(store, scan, coord.log.state.seq)):
+            for row in decision_rows(e, now_ms()):
+                if row["txn"] == txn:
+                    status = row["outcome"] if row["outcome"] != "skipped" else "aborted"
+                    tid = row["tid"] or tid
+                    break
+            if status != "unknown":
+                break
+    return {"txn": txn, "tid": tid, "pid": ref.pid if ref.kind == "p" else None,
+            "epoch": ref.epoch if ref.kind == "p" else None, "app": ref.app or None, "status": status}
 
 
 # -- groups -------------------------------------------------------------------------------------------------------
@@ -338,37 +374,60 @@ def _numbered(store: Store, folder: str) -> list[int]:
 
 def verify(store: Store, *, progress: ProgressFn | None = None,
            total: Callable[[int], None] | None = None) -> list[Problem]:
-    """Check the store's integrity without changing it: the transaction log is dense and every entry decodes;
-    every topic definition decodes; every partition's record log (commit markers, compaction and retention
-    records) is dense, decodes, sits at its number and chains its commit offsets; every live segment (named by a
-    marker or a compaction record and not since replaced or retired) exists, has the recorded size and CRC-32,
-    and decodes. ``total`` is told how many segments will be read, ``progress`` is called once per segment.
+    """Check the store's integrity without changing it: the retained transaction log is dense and every entry and
+    checkpoint decodes; every topic definition decodes; every partition's records are dense, decode, sit at their
+    number, chain their commit offsets, agree with the log entry that defines them (where it is retained) and reach
+    the count the log's state gives; every live segment exists, has the recorded size and CRC-32, and decodes.
+    ``total`` is told how many segments will be read, ``progress`` is called once per segment.
 
     Returns:
-        the problems found, each naming its file; empty when the store is sound.
+        the problems found, each naming its file (a damaged partition names itself in the path); empty when the
+        store is sound.
     """
     problems: list[Problem] = []
     names = store.list(TXN_LOG)
-    problems += _dense(names, TXN_LOG, _numbered(store, TXN_CHECKPOINT), "transaction log")
+    ckpts = _numbered(store, TXN_CHECKPOINT)
+    problems += _dense(names, TXN_LOG, ckpts, "transaction log")
+    entries: dict[int, LogEntry] = {}
     for n in names:
         if parse_seq(n) is None:
             continue
         path = f"{TXN_LOG}/{n}"
         try:
-            e = TxnEntry.from_bytes(store.get(path), path)
+            e = LogEntry.from_bytes(store.get(path), path)
             if e.seq != parse_seq(n):
                 problems.append(Problem(path, "corrupt", f"transaction log entry {path} holds entry {e.seq}"))
-        except CorruptLogError as exc:
+            else:
+                entries[e.seq] = e
+        except TxnLogError as exc:
             problems.append(Problem(path, "corrupt", str(exc)))
         except FileNotFoundError:
             problems.append(Problem(path, "missing", f"transaction log entry {path} vanished while listed"))
+    for c in ckpts:
+        path = f"{TXN_CHECKPOINT}/{seq_name(c)}"
+        try:
+            check_format(decode_json(store.get(path), path, "coordinator checkpoint"), path)
+        except TxnLogError as exc:
+            problems.append(Problem(path, "corrupt", str(exc)))
+        except FileNotFoundError:
+            continue
+    counts: dict[tuple[str, int], int] = {}
+    try:
+        state = TransactionCoordinator(store).log.state
+        counts = {tp: pm.next_idx for tp, pm in state.partitions.items()}
+    except TxnLogError as exc:
+        problems.append(Problem(TXN_LOG, "corrupt", f"the transaction log cannot be replayed: {exc}"))
+    defined: dict[tuple[str, int, int], LogEntry] = {}
+    for e in entries.values():
+        for t, p, idx in e.touched:
+            defined[(t, p, idx)] = e
     segments: dict[str, tuple[int, int]] = {}
     for topic in store.list_dirs(TOPICS):
         meta = _verify_topic_meta(store, topic, problems)
         if meta is None:
             continue
         for p in range(meta.partitions):
-            _verify_markers(store, topic, p, problems, segments)
+            _verify_partition(store, topic, p, problems, segments, counts.get((topic, p), 0), defined)
     if total is not None:
         total(len(segments))
     for path, (size, crc) in sorted(segments.items()):
@@ -393,61 +452,79 @@ def _verify_topic_meta(store: Store, topic: str, problems: list[Problem]) -> Top
     return latest
 
 
-def _verify_markers(store: Store, topic: str, p: int, problems: list[Problem],
-                    segments: dict[str, tuple[int, int]]) -> None:
-    """Walk a partition's record log (COMMIT markers, compaction REPLACE and retention RETAIN records), reporting
-    structural problems, and add the segments a reader would read (the live set after replaying it) to
-    ``segments``."""
+def _verify_partition(store: Store, topic: str, p: int, problems: list[Problem],
+                      segments: dict[str, tuple[int, int]], count: int,
+                      defined: dict[tuple[str, int, int], LogEntry]) -> None:
+    """Walk a partition's records, reporting structural problems, and add the segments a reader would read (the
+    live set after replaying them) to ``segments``."""
     mdir = marker_dir(topic, p)
     names = [n for n in store.list(mdir) if parse_seq(n) is not None]
     cdir = partition_checkpoint_dir(topic, p)
     ckpts = _numbered(store, cdir)
-    problems += _dense(names, mdir, ckpts, f"marker log of {topic}/{p}")
+    where = f"partition {topic}/{p}"
     live: dict[str, tuple[int, int, int, int]] = {}  # path -> (base, end, size, crc32)
+    first = (parse_seq(names[0]) or 0) if names else count
     expected_base: int | None = 0
-    first = parse_seq(names[0]) if names else None
     if first:
         expected_base = None
-        if first - 1 in ckpts:
-            path = f"{cdir}/{seq_name(first - 1)}"
+        start_ck = max((c for c in ckpts if c < first), default=None)
+        if start_ck is not None:
+            first = start_ck + 1
+            path = f"{cdir}/{seq_name(start_ck)}"
             try:
                 d = decode_json(store.get(path), path, "partition checkpoint")
+                check_format(d, path)
                 expected_base = int(d["end_offset"])
                 for seg in (IndexedSegment.from_json(x) for x in d["segments"]):
                     live[seg.path] = (seg.base_offset, seg.end_offset, seg.size, seg.crc32)
-            except (CorruptLogError, KeyError, TypeError, ValueError, FileNotFoundError) as exc:
-                problems.append(Problem(path, "corrupt", f"partition checkpoint {path} is corrupt: {exc}"))
-    for n in names:
-        path = f"{mdir}/{n}"
-        try:
-            rec = decode_partition_record(store.get(path), path)
-        except CorruptLogError as exc:
-            problems.append(Problem(path, "corrupt", str(exc)))
+            except (TxnLogError, KeyError, TypeError, ValueError, FileNotFoundError) as exc:
+                problems.append(Problem(path, "corrupt",
+                                        f"partition checkpoint {path} of {where} is corrupt: {exc}"))
+        elif first > 0:
+            problems.append(Problem(f"{mdir}/{seq_name(first)}", "gap",
+                                    f"records of {where} start at {first} with no partition checkpoint before"))
+    listed = {i for i in (parse_seq(n) for n in names) if i is not None}
+    for idx in range(first, max(count, max(listed, default=-1) + 1)):
+        path = f"{mdir}/{seq_name(idx)}"
+        want = defined.get((topic, p, idx))
+        derived = records_of(want)[(topic, p)] if want is not None else None
+        rec: PartitionRecord | None = None
+        if idx in listed:
+            try:
+                rec = PartitionRecord.from_bytes(store.get(path), path)
+            except TxnLogError as exc:
+                problems.append(Problem(path, "corrupt", f"{where} is damaged: {exc}"))
+            except FileNotFoundError:
+                pass
+            if rec is not None and derived is not None and rec != derived:
+                problems.append(Problem(path, "corrupt", f"{where} is damaged: record {idx} differs from what "
+                                                         f"log entry {want.seq if want else '?'} defines"))
+        elif idx < count:
+            how = "no retained log entry defines it"
+            if want is not None:
+                how = f"log entry {want.seq} defines it: 'txnlog repair' writes it"
+            problems.append(Problem(path, "missing", f"record {idx} of {where} is missing ({how})"))
+        rec = derived if derived is not None else rec
+        if rec is None:
             expected_base = None
             continue
-        except FileNotFoundError:
-            continue
-        if rec.idx != parse_seq(n):
-            problems.append(Problem(path, "corrupt", f"partition log record {path} holds record {rec.idx}"))
-        if isinstance(rec, Marker):
-            if expected_base is not None and rec.base_offset != expected_base:
-                problems.append(Problem(path, "corrupt", f"commit marker {path} starts at offset "
-                                                         f"{rec.base_offset}, expected {expected_base}"))
-            if sum(s.rows for s in rec.segments) != rec.records:
-                problems.append(Problem(path, "corrupt", f"commit marker {path}: segment rows do not add up to "
-                                                         f"{rec.records}"))
-            off = rec.base_offset
-            for s in rec.segments:
-                if s.rows:
-                    live[s.path] = (off, off + s.rows, s.size, s.crc32)
-                off += s.rows
-            expected_base = rec.end_offset
-        elif isinstance(rec, ReplaceRecord):
-            for old in rec.replaces:
-                live.pop(old, None)
-            live[rec.segment.path] = (rec.base_offset, rec.end_offset, rec.segment.size, rec.segment.crc32)
-        else:
-            live = {k: v for k, v in live.items() if v[1] > rec.start_offset}
+        for op in rec.ops:
+            if isinstance(op, CommitOp):
+                if expected_base is not None and op.base != expected_base:
+                    problems.append(Problem(path, "corrupt", f"{where}: record {idx} starts transaction {op.txn} at "
+                                                             f"offset {op.base}, expected {expected_base}"))
+                off = op.base
+                for sg in op.segments:
+                    if sg.rows:
+                        live[sg.path] = (off, off + sg.rows, sg.size, sg.crc32)
+                    off += sg.rows
+                expected_base = off
+            elif isinstance(op, ReplaceOp):
+                for old in op.replaces:
+                    live.pop(old, None)
+                live[op.segment.path] = (op.base, op.end, op.segment.size, op.segment.crc32)
+            else:
+                live = {k: v for k, v in live.items() if v[1] > op.start}
     for path, (_b, _e, size, crc) in live.items():
         segments[path] = (size, crc)
 
@@ -456,9 +533,9 @@ def _verify_segment(store: Store, path: str, size: int, crc: int) -> list[Proble
     try:
         data = store.get(path)
     except FileNotFoundError:
-        return [Problem(path, "missing", f"segment {path} named by a commit marker is missing")]
+        return [Problem(path, "missing", f"segment {path} named by a commit is missing")]
     if len(data) != size:
-        return [Problem(path, "truncated", f"segment {path} is {len(data)} bytes, its marker records {size}")]
+        return [Problem(path, "truncated", f"segment {path} is {len(data)} bytes, its commit records {size}")]
     if zlib.crc32(data) != crc:
         return [Problem(path, "checksum", f"segment {path} fails its CRC-32 check")]
     try:

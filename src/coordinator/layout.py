@@ -1,11 +1,15 @@
 """Where things live in the store, and which names are allowed.
 
 ```
+_txn/format.json                              store format (created with the store)
 _txn/log/<seq:020d>.json                      transaction log entries (create-if-absent, dense from 0)
 _txn/checkpoint/<seq:020d>.json               coordinator state as of log entry <seq>
+_txn/checkpoint/_last.json                    the newest checkpoint again
+_txn/intents/<request id>.json                requests waiting for group commit
+_txn/open/<txn id>.json                       producer transactions that staged data
 topics/<topic>/meta/<version:08d>.json        topic definition (schema, partitions, config); latest wins
-topics/<topic>/<p>/log/<idx:020d>.json        commit markers of partition p (create-if-absent, dense from 0)
-topics/<topic>/<p>/checkpoint/<idx:020d>.json partition index as of marker <idx>
+topics/<topic>/<p>/log/<idx:020d>.json        partition records (derived from log entries, dense from 0)
+topics/<topic>/<p>/checkpoint/<idx:020d>.json partition index as of record <idx>
 topics/<topic>/<p>/data/<name>                segment files (unique names, plain puts, invisible until named)
 ```
 """
@@ -19,8 +23,13 @@ from coordinator.errors import InvalidNameError
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,248}$")
 NAME_RULE = "1-249 characters from [A-Za-z0-9._-], starting with a letter or digit"
 
+TXN = "_txn"
 TXN_LOG = "_txn/log"
 TXN_CHECKPOINT = "_txn/checkpoint"
+LAST_CHECKPOINT = "_txn/checkpoint/_last.json"
+TXN_INTENTS = "_txn/intents"
+TXN_OPEN = "_txn/open"
+FORMAT_PATH = "_txn/format.json"
 TOPICS = "topics"
 
 
@@ -93,3 +102,26 @@ def data_dir(topic: str, partition: int) -> str:
 
 def data_path(topic: str, partition: int, name: str) -> str:
     return f"{data_dir(topic, partition)}/{name}"
+
+
+def intent_path(request_id: str) -> str:
+    return f"{TXN_INTENTS}/{request_id}.json"
+
+
+def open_path(txn: str) -> str:
+    return f"{TXN_OPEN}/{txn}.json"
+
+
+#: Separates a staged segment file's transaction id from the rest of its name.
+TXN_SEP = "~"
+
+
+def segment_name(txn: str, rest: str) -> str:
+    """A staged segment's file name (without extension): its transaction id first, so GC can judge it by name."""
+    return f"{txn}{TXN_SEP}{rest}"
+
+
+def txn_of_file(name: str) -> str | None:
+    """The transaction id a segment file name starts with, or None."""
+    head, sep, _rest = name.partition(TXN_SEP)
+    return head if sep else None

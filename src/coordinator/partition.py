@@ -1,22 +1,22 @@
-"""One partition's commit-marker log, and the offset index it defines.
+"""One partition's index: which segments hold which offsets, read from the partition's derived records.
 
-Marker ``k`` publishes one transaction's segments at offsets ``[base, base + records)``, where ``base`` is marker
-``k - 1``'s end: offsets are dense and follow commit order. Markers are written only by the coordinator's
-completion step, in transaction-log order, and a marker's bytes are a pure function of its transaction and its
-predecessor, so completing the same transaction twice (two processes, or a retry after a crash) never writes it
-twice. Every ``checkpoint_interval`` markers an index checkpoint is written, so opening a partition reads the last
-checkpoint and the markers after it.
+Record ``k`` is what log entry ``seq`` did to the partition (see :mod:`coordinator.partrecords`): commits publish
+segments at dense offsets in commit order; compaction replaces segments without moving offsets; retention moves
+the log start. Opening a partition reads its newest partition checkpoint (written every ``checkpoint_interval``
+records by maintenance and by the coordinator's checkpoint writer) and the records after it: a bounded number of
+requests whatever the partition's history. A record not yet written (its writer died or is still writing) is
+computed from the log entry that defines it, so readers never write and never wait for a writer.
 """
 
 from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from coordinator import faults
-from coordinator.errors import CorruptLogError, OffsetOutOfRangeError
+from coordinator import faults, parallel
+from coordinator.errors import CorruptLogError, OffsetOutOfRangeError, UnsupportedFormatError
 from coordinator.layout import (
     marker_dir,
     marker_path,
@@ -25,23 +25,16 @@ from coordinator.layout import (
     partition_checkpoint_path,
     seq_name,
 )
-from coordinator.records import (
-    Marker,
-    MarkerSegment,
-    PartitionRecord,
-    ReplaceRecord,
-    RetainRecord,
-    SegmentRef,
-    TxnEntry,
-    decode_json,
-    decode_partition_record,
-    encode_json,
-)
+from coordinator.partrecords import CommitOp, PartitionRecord, ReplaceOp, RetainOp
+from coordinator.records import FORMAT_VERSION, check_format, decode_json, encode_json
 from coordinator.store import Store
 
-DEFAULT_CHECKPOINT_INTERVAL = 100
-#: Transactions remembered per partition for commit results (older ones are never needed: see ensure_marker).
-TXNS_KEPT = 1000
+if TYPE_CHECKING:
+    from coordinator.txnlog import TransactionLog
+
+DEFAULT_CHECKPOINT_INTERVAL = 32
+#: Retired segments are remembered this long after the record that retired them (GC's grace period is shorter).
+RETIRED_KEEP_MS = 7 * 24 * 3600 * 1000
 
 
 @dataclass(frozen=True)
@@ -91,29 +84,43 @@ class SegmentSlice:
         return self.segment.base_offset + self.skip
 
 
+class _Behind(Exception):
+    """Internal: records below the ones listed were truncated away; reopen from a partition checkpoint."""
+
+
 class PartitionLog:
-    """A process's view of one partition's markers. Thread-safe."""
+    """A process's view of one partition's index. Thread-safe.
+
+    ``log`` (the process's transaction log) tells how many records the partition has as of the log's state and
+    supplies records not yet written; without it only written records are read.
+    """
 
     def __init__(
-        self, store: Store, topic: str, partition: int, *, checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL
+        self,
+        store: Store,
+        topic: str,
+        partition: int,
+        *,
+        log: TransactionLog | None = None,
+        checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL,
     ) -> None:
         self.store = store
         self.topic = topic
         self.partition = partition
+        self.log = log
         self.checkpoint_interval = checkpoint_interval
         self._lock = threading.RLock()
+        self._opened = False
         self.next_idx = 0
         self.start_offset = 0
         self.end_offset = 0
         self.segments: list[IndexedSegment] = []
         self._bases: list[int] = []
-        #: transaction id -> (marker idx, commit_seq, base offset, end offset) of the last TXNS_KEPT markers.
-        self.txns: dict[str, tuple[int, int, int, int]] = {}
-        #: path -> ms when a REPLACE or RETAIN record took the segment out of the live set (for GC).
-        self.retired: dict[str, int] = {}
+        #: path -> (ms, record idx) of the record that took the segment out of the live set (for GC)
+        self.retired: dict[str, tuple[int, int]] = {}
         self.last_commit_seq = -1
-        self._load_checkpoint()
-        self._read_listed()
+        #: idx of the partition checkpoint this view started from (-1: none)
+        self.checkpoint_idx = -1
 
     # -- loading ----------------------------------------------------------------------------------------------
 
@@ -123,183 +130,176 @@ class PartitionLog:
             where = f"{cdir}/{name}"
             try:
                 d = decode_json(self.store.get(where), where, "partition checkpoint")
+                check_format(d, where)
                 segs = [IndexedSegment.from_json(s) for s in d["segments"]]
-                txns = {t: (int(i), int(c), int(b), int(e)) for t, i, c, b, e in d["txns"]}
-                retired = {str(k): int(v) for k, v in d.get("retired", {}).items()}
+                retired = {str(k): (int(v[0]), int(v[1])) for k, v in d.get("retired", {}).items()}
                 nxt, start, end, last = int(d["next_idx"]), int(d["start_offset"]), int(d["end_offset"]), \
                     int(d["last_commit_seq"])
+            except UnsupportedFormatError:
+                raise
             except (CorruptLogError, KeyError, TypeError, ValueError, FileNotFoundError):
                 continue
-            self.segments, self.txns, self.retired = segs, txns, retired
+            self.segments, self.retired = segs, retired
             self._bases = [s.base_offset for s in segs]
             self.next_idx, self.start_offset, self.end_offset, self.last_commit_seq = nxt, start, end, last
+            self.checkpoint_idx = nxt - 1
             return
 
-    def refresh(self) -> None:
-        """Read records written since the last read: forward by index until the first missing one (records are
-        dense), so one request when nothing is new."""
-        with self._lock:
-            while True:
-                path = marker_path(self.topic, self.partition, self.next_idx)
-                try:
-                    data = self.store.get(path)
-                except FileNotFoundError:
-                    return
-                self._apply(decode_partition_record(data, path), path)
+    def target(self) -> int | None:
+        """How many records the partition has as of the transaction log's state (None without a log)."""
+        if self.log is None:
+            return None
+        return self.log.state.partition(self.topic, self.partition).next_idx
 
-    def _read_listed(self) -> None:
-        """Read every record after the loaded checkpoint, finding them with one listing."""
+    def refresh(self) -> None:
+        """Read the records written or defined since the last read: none when the log's state says there are none
+        (no request), else one listing and the new records in parallel. A view left behind records that
+        truncation deleted reopens from the newest partition checkpoint.
+
+        Raises:
+            CorruptLogError: a record is damaged and cannot be computed from the log, or missing below the log's
+                count (naming the file).
+        """
         with self._lock:
-            mdir = marker_dir(self.topic, self.partition)
-            start_after = seq_name(self.next_idx - 1) if self.next_idx else None
-            for name in self.store.list(mdir, start_after=start_after):
-                idx = parse_seq(name)
-                if idx is None:
-                    continue
-                if idx != self.next_idx:
-                    raise CorruptLogError(f"marker log of {self.topic}/{self.partition} has a gap before {mdir}/{name}")
-                path = f"{mdir}/{name}"
-                self._apply(decode_partition_record(self.store.get(path), path), path)
+            if not self._opened:
+                self._load_checkpoint()
+                self._opened = True
+            for attempt in range(2):
+                try:
+                    self._read_records()
+                    return
+                except _Behind:
+                    if attempt:
+                        raise CorruptLogError(
+                            f"partition {self.topic}/{self.partition}: records were deleted under this reader and "
+                            "no partition checkpoint covers them"
+                        ) from None
+                    self._reopen()
+
+    def _reopen(self) -> None:
+        self.next_idx = self.start_offset = self.end_offset = 0
+        self.segments, self._bases, self.retired, self.last_commit_seq = [], [], {}, -1
+        self.checkpoint_idx = -1
+        self._load_checkpoint()
+
+    def _read_records(self) -> None:
+        target = self.target()
+        if target is not None and self.next_idx >= target:
+            return
+        mdir = marker_dir(self.topic, self.partition)
+        after = seq_name(self.next_idx - 1) if self.next_idx else None
+        present = {i for i in (parse_seq(n) for n in self.store.list(mdir, start_after=after)) if i is not None}
+        end = max([*present, (target or 0) - 1], default=-1) + 1
+        fetched = dict(parallel.pmap(self._fetch, [i for i in range(self.next_idx, end) if i in present]))
+        idx = self.next_idx
+        while idx < end:
+            rec = fetched.get(idx)
+            if rec is None and self.log is not None:
+                rec = self.log.record_source(self.topic, self.partition, idx)
+            if rec is None:
+                if target is None or idx >= target:
+                    return
+                if idx == self.next_idx and present and idx < min(present):
+                    raise _Behind()
+                raise CorruptLogError(
+                    f"partition record {marker_path(self.topic, self.partition, idx)} is missing and no "
+                    "retained log entry defines it"
+                )
+            self._apply(rec, marker_path(self.topic, self.partition, idx))
+            idx += 1
+
+    def _fetch(self, idx: int) -> tuple[int, PartitionRecord | None]:
+        path = marker_path(self.topic, self.partition, idx)
+        try:
+            return idx, PartitionRecord.from_bytes(self.store.get(path), path)
+        except FileNotFoundError:
+            return idx, None
+        except CorruptLogError:
+            computed = self.log.record_source(self.topic, self.partition, idx) if self.log else None
+            if computed is None:
+                raise
+            return idx, computed
 
     def _apply(self, rec: PartitionRecord, where: str) -> None:
         if rec.idx != self.next_idx:
-            raise CorruptLogError(f"partition log record {where} does not follow record {self.next_idx - 1}")
-        if isinstance(rec, Marker):
-            self._apply_commit(rec, where)
-        elif isinstance(rec, ReplaceRecord):
-            self._apply_replace(rec, where)
-        else:
-            self._apply_retain(rec)
+            raise CorruptLogError(f"partition record {where} does not follow record {self.next_idx - 1}")
+        for op in rec.ops:
+            if isinstance(op, CommitOp):
+                self._apply_commit(op, rec, where)
+            elif isinstance(op, ReplaceOp):
+                self._apply_replace(op, rec, where)
+            else:
+                self._apply_retain(op, rec)
         self.next_idx = rec.idx + 1
+        self.last_commit_seq = max(self.last_commit_seq, rec.seq)
 
-    def _apply_replace(self, rec: ReplaceRecord, where: str) -> None:
-        i = bisect.bisect_left(self._bases, rec.base_offset)
-        j = i + len(rec.replaces)
-        old = self.segments[i:j]
-        if tuple(s.path for s in old) != rec.replaces or not old or old[-1].end_offset != rec.end_offset:
-            raise CorruptLogError(f"compaction record {where} does not match the live segments it replaces")
-        seg = rec.segment
-        merged = IndexedSegment(seg.path, rec.base_offset, rec.end_offset - rec.base_offset, seg.size, seg.crc32,
-                                rec.runs[0][1], max(r[2] for r in rec.runs), "", rec.runs)
-        self.segments[i:j] = [merged]
-        self._bases[i:j] = [rec.base_offset]
-        for s in old:
-            self.retired[s.path] = rec.ts
-
-    def _apply_retain(self, rec: RetainRecord) -> None:
-        if rec.start_offset <= self.start_offset:
-            return
-        self.start_offset = min(rec.start_offset, self.end_offset)
-        keep = [s for s in self.segments if s.end_offset > self.start_offset]
-        for s in self.segments[: len(self.segments) - len(keep)]:
-            self.retired[s.path] = rec.ts
-        self.segments = keep
-        self._bases = [s.base_offset for s in keep]
-
-    def _apply_commit(self, m: Marker, where: str) -> None:
-        if m.base_offset != self.end_offset:
+    def _apply_commit(self, op: CommitOp, rec: PartitionRecord, where: str) -> None:
+        if op.base != self.end_offset:
             raise CorruptLogError(
-                f"commit marker {where} does not follow marker {self.next_idx - 1} (offset {self.end_offset})"
+                f"partition record {where}: transaction {op.txn} starts at offset {op.base}, but the partition ends "
+                f"at {self.end_offset}"
             )
-        off = m.base_offset
-        for s in m.segments:
-            seg = IndexedSegment(s.path, off, s.rows, s.size, s.crc32, m.ts, m.commit_seq, m.txn)
+        off = op.base
+        for s in op.segments:
             if s.rows:
-                self.segments.append(seg)
+                self.segments.append(IndexedSegment(s.path, off, s.rows, s.size, s.crc32, rec.ts, rec.seq, op.txn))
                 self._bases.append(off)
             off += s.rows
-        if off != m.end_offset:
-            raise CorruptLogError(f"commit marker {where}: segment rows do not add up to {m.records}")
-        self.txns[m.txn] = (m.idx, m.commit_seq, m.base_offset, m.end_offset)
-        if len(self.txns) > TXNS_KEPT:
-            del self.txns[next(iter(self.txns))]
-        self.end_offset = m.end_offset
-        self.last_commit_seq = max(self.last_commit_seq, m.commit_seq)
+        self.end_offset = off
 
-    # -- writing ----------------------------------------------------------------------------------------------
+    def _apply_replace(self, op: ReplaceOp, rec: PartitionRecord, where: str) -> None:
+        i = bisect.bisect_left(self._bases, op.base)
+        j = i + len(op.replaces)
+        old = self.segments[i:j]
+        if tuple(s.path for s in old) != op.replaces or not old or old[-1].end_offset != op.end:
+            raise CorruptLogError(f"compaction record {where} does not match the live segments it replaces")
+        seg = op.segment
+        merged = IndexedSegment(seg.path, op.base, op.end - op.base, seg.size, seg.crc32, op.runs[0][1],
+                                max(r[2] for r in op.runs), "", op.runs)
+        self.segments[i:j] = [merged]
+        self._bases[i:j] = [op.base]
+        for s in old:
+            self.retired[s.path] = (rec.ts, rec.idx)
+        self._prune_retired(rec.ts)
 
-    def ensure_marker(self, prepare: TxnEntry, segments: Iterable[SegmentRef]) -> None:
-        """Publish ``prepare``'s segments of this partition, unless a marker for that transaction exists.
+    def _apply_retain(self, op: RetainOp, rec: PartitionRecord) -> None:
+        if op.start <= self.start_offset:
+            return
+        self.start_offset = min(op.start, self.end_offset)
+        keep = [s for s in self.segments if s.end_offset > self.start_offset]
+        for s in self.segments[: len(self.segments) - len(keep)]:
+            self.retired[s.path] = (rec.ts, rec.idx)
+        self.segments = keep
+        self._bases = [s.base_offset for s in keep]
+        self._prune_retired(rec.ts)
 
-        The caller guarantees that every transaction prepared before ``prepare`` that touches this partition
-        already has its marker here (completion runs in log order). So a marker of a transaction committed at or
-        after ``prepare`` means this one's is here too.
-        """
-        segs = tuple(MarkerSegment(s.path, s.rows, s.size, s.crc32) for s in segments)
-        txn = prepare.txn or ""
-        with self._lock:
-            while True:
-                if txn in self.txns or self.last_commit_seq >= prepare.seq:
-                    return
-                m = Marker(
-                    idx=self.next_idx,
-                    txn=txn,
-                    tid=prepare.tid,
-                    pid=prepare.pid,
-                    epoch=prepare.epoch,
-                    commit_seq=prepare.seq,
-                    base_offset=self.end_offset,
-                    records=sum(s.rows for s in segs),
-                    ts=prepare.ts,
-                    segments=segs,
-                )
-                if self.append(m, "marker"):
-                    return
+    def _prune_retired(self, ts: int) -> None:
+        cutoff = ts - RETIRED_KEEP_MS
+        if any(v[0] < cutoff for v in self.retired.values()):
+            self.retired = {k: v for k, v in self.retired.items() if v[0] >= cutoff}
 
-    def append(self, rec: PartitionRecord, kind: str) -> bool:
-        """Create ``rec`` at its index if that index is free; apply it and return True, or read what won the
-        index and return False.
-
-        Raises:
-            CommitStateUnknownError: the store could not say whether the record was written.
-        """
-        with self._lock:
-            path = marker_path(self.topic, self.partition, rec.idx)
-            faults.point(f"{kind}.before")
-            created = self.store.put_if_absent(path, rec.to_bytes())
-            if not created:
-                self.refresh()
-                return False
-            faults.point(f"{kind}.after")
-            self._apply(rec, path)
-            if self.checkpoint_interval and rec.idx % self.checkpoint_interval == self.checkpoint_interval - 1:
-                self.write_checkpoint()
-            return True
+    # -- checkpoints ------------------------------------------------------------------------------------------
 
     def write_checkpoint(self) -> None:
-        """Write the index as of the last marker read (idempotent)."""
+        """Write the index as of the last record read (a plain put; same bytes from any writer)."""
         with self._lock:
             if not self.next_idx:
                 return
             d = {
-                "v": 1,
+                "v": FORMAT_VERSION,
                 "next_idx": self.next_idx,
                 "start_offset": self.start_offset,
                 "end_offset": self.end_offset,
                 "last_commit_seq": self.last_commit_seq,
                 "segments": [s.to_json() for s in self.segments],
-                "txns": [[t, *v] for t, v in self.txns.items()],
-                "retired": self.retired,
+                "retired": {k: list(v) for k, v in self.retired.items()},
             }
             faults.point("partition.checkpoint.before")
-            # A plain put, as for the transaction log's checkpoints: same bytes from any writer, no conditional write.
             self.store.put(partition_checkpoint_path(self.topic, self.partition, self.next_idx - 1), encode_json(d))
             faults.point("partition.checkpoint.after")
+            self.checkpoint_idx = self.next_idx - 1
 
     # -- reading ----------------------------------------------------------------------------------------------
-
-    def end_offset_at(self, commit_seq: int) -> int:
-        """The end offset of the prefix of markers committed at or before transaction-log entry ``commit_seq``."""
-        with self._lock:
-            if self.last_commit_seq <= commit_seq:
-                return self.end_offset
-            end = self.start_offset
-            for s in self.segments:
-                for first, _ts, seq in s.run_list():
-                    if seq > commit_seq:
-                        return max(first, self.start_offset)
-                end = s.end_offset
-            return end
 
     def slices(self, start: int, end: int) -> list[SegmentSlice]:
         """The segment slices holding offsets ``[start, end)``.

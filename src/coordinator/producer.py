@@ -11,6 +11,11 @@ with producer.transaction():
 ``send`` buffers rows per partition and stages a segment whenever a partition's buffer reaches the target size;
 nothing staged is visible until the commit point. Every staged segment carries the producer's per-partition
 sequence number, so a retried stage is a no-op and a gap is refused at commit.
+
+Transactions are numbered per epoch and a number is decided at most once: after a commit whose outcome could not be
+learned (``CommitStateUnknownError``) the producer keeps the transaction and refuses new work until the caller
+calls ``commit_transaction()`` again (which learns the outcome or retries) or ``abort_transaction()`` (which aborts
+it unless it was committed); ``init_transactions()`` starts over with a new epoch.
 """
 
 from __future__ import annotations
@@ -24,8 +29,15 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from coordinator.coordinator import CommitResult, ProducerIdentity, TransactionCoordinator, new_txn_id
-from coordinator.errors import InvalidOptionError, InvalidTxnStateError, ProducerFencedError, TxnLogError
+from coordinator.coordinator import CommitResult, ProducerIdentity, TransactionCoordinator
+from coordinator.errors import (
+    CommitStateUnknownError,
+    InvalidOptionError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
+    TxnLogError,
+)
 from coordinator.records import SegmentRef
 from coordinator.segments import FORMATS, stage_segment
 from coordinator.store import Store, StoreOptions, open_store
@@ -106,13 +118,16 @@ class Producer:
         )
         self.transactional_id = transactional_id
         self.identity: ProducerIdentity | None = None
+        self._n = 0
         self._txn: str | None = None
-        self._announced = False
+        self._opened = False
+        self._unresolved = False
         self._buffers: dict[tuple[str, int], list[pa.Table]] = {}
         self._buffered_bytes: dict[tuple[str, int], int] = {}
         self._staged: list[SegmentRef] = []
         self._offsets: dict[str, dict[str, dict[int, int]]] = {}
         self._next_seq: dict[tuple[str, int], int] = {}
+        self._seq_at_begin: dict[tuple[str, int], int] = {}
         self._topics: dict[str, TopicMeta] = {}
         self._rr = 0
         self._fenced = False
@@ -120,12 +135,16 @@ class Producer:
     # -- lifecycle --------------------------------------------------------------------------------------------
 
     def init_transactions(self) -> ProducerIdentity:
-        """Register the transactional id, bump its epoch (fencing older producers) and finish whatever the
-        previous epoch left open."""
+        """Register the transactional id and bump its epoch, fencing older producers: a transaction an older
+        epoch (this object's included) had not committed can never commit. The producer is usable afterwards
+        whatever state it was in."""
         self.identity = self.coordinator.init_producer(
             self.transactional_id, timeout_ms=self.config.transaction_timeout_ms
         )
         self._fenced = False
+        self._unresolved = False
+        self._n = 0
+        self._next_seq = {}
         self._reset()
         return self.identity
 
@@ -133,14 +152,16 @@ class Producer:
         """Start a transaction; returns its id.
 
         Raises:
-            InvalidTxnStateError: not initialised, or a transaction is already open.
+            InvalidTxnStateError: not initialised, a transaction is already open, or the last commit's outcome is
+                still unknown.
             ProducerFencedError: this producer was fenced.
         """
         self._check_usable()
         if self._txn is not None:
             raise InvalidTxnStateError(f"transaction {self._txn} is already open")
         assert self.identity is not None
-        self._txn = new_txn_id(self.identity.pid, self.identity.epoch)
+        self._txn = self.identity.txn_id(self._n)
+        self._seq_at_begin = dict(self._next_seq)
         return self._txn
 
     def send(
@@ -155,7 +176,7 @@ class Producer:
         round-robin over the partitions.
 
         Raises:
-            InvalidTxnStateError: no open transaction.
+            InvalidTxnStateError: no open transaction (or the last commit is unresolved).
             TopicNotFoundError, SchemaMismatchError, InvalidOptionError: bad topic, data or partition.
         """
         self._check_open()
@@ -210,53 +231,78 @@ class Producer:
         for key in list(self._buffers):
             self._stage(key)
 
-    def commit_transaction(self, *, app_key: str | None = None) -> CommitResult:
-        """Stage what is buffered, then commit. With ``app_key``, a key already committed by this transactional
-        id makes the commit a no-op (``already_committed``).
+    def commit_transaction(self) -> CommitResult:
+        """Stage what is buffered, then commit. Called again after ``CommitStateUnknownError``, it learns the
+        outcome of the same transaction (or retries it) instead of starting another.
 
         Raises:
             ProducerFencedError: a newer producer took over; nothing of this transaction is visible.
-            CommitStateUnknownError: the outcome could not be learned; ``init_transactions`` resolves it.
+            OutOfOrderSequenceError: the staged segments skip a sequence number (the transaction is aborted).
+            InvalidTxnStateError: no open transaction, or it was aborted (by the timeout sweep, say).
+            CommitStateUnknownError: the outcome could not be learned; call ``commit_transaction()`` again.
         """
-        self._check_open()
-        self.flush()
+        if not self._unresolved:
+            self._check_open()
+            self.flush()
+        else:
+            self._check_usable(resolving=True)
         assert self.identity is not None and self._txn is not None
+        txn = self._txn
         try:
-            result = self.coordinator.commit(
-                self.identity, self._txn, self._staged, offsets=self._offsets, app_key=app_key
-            )
+            result = self.coordinator.commit(self.identity, txn, self._staged, offsets=self._offsets)
+        except CommitStateUnknownError:
+            self._unresolved = True
+            raise
         except ProducerFencedError:
             self._fenced = True
+            self._finish(txn, committed=False)
             raise
-        for seg in self._staged:
-            if seg.seq is not None:
-                k = (seg.topic, seg.partition)
-                self._next_seq[k] = max(self._next_seq.get(k, 0), seg.seq + 1)
-        self._reset()
+        except OutOfOrderSequenceError:
+            self._abort_quietly(txn)
+            raise
+        except InvalidTxnStateError:
+            self._finish(txn, committed=False)
+            self._n += 1
+            raise
+        self._finish(txn, committed=True)
+        self._n += 1
         return result
 
     def abort_transaction(self) -> None:
-        """Abort the open transaction; nothing it staged becomes visible.
+        """Abort the open transaction; nothing it staged becomes visible. After ``CommitStateUnknownError`` this
+        aborts the transaction unless the log shows it committed.
 
         Raises:
-            ProducerFencedError: a newer producer took over (the transaction is aborted anyway).
+            InvalidTxnStateError: no transaction is open, or the unresolved commit turned out committed.
+            ProducerFencedError: a newer producer took over (the transaction can never commit anyway).
+            CommitStateUnknownError: the outcome could not be learned; call ``abort_transaction()`` again.
         """
         if self._txn is None:
             raise InvalidTxnStateError("no transaction is open")
         assert self.identity is not None
-        txn, announced = self._txn, self._announced
-        self._reset()
-        self._next_seq = {}
+        txn = self._txn
+        needs_log = bool(self._staged or self._opened or self._unresolved)
+        opened, staged = self._opened, self._staged
+        self._finish(txn, committed=False)  # local state first: a failure below leaves no half-open transaction
+        if not needs_log:
+            return  # nothing left this process: the number is still free
         try:
-            if announced:
-                self.coordinator.abort(self.identity, txn)
+            self.coordinator.abort(self.identity, txn)
         except ProducerFencedError:
             self._fenced = True
             raise
-        self._sync_sequences()
+        except CommitStateUnknownError:
+            self._txn, self._opened, self._staged, self._unresolved = txn, opened, staged, True
+            raise
+        except InvalidTxnStateError:
+            self._n += 1
+            raise
+        if opened:
+            self.coordinator.close_transaction(txn)
+        self._n += 1
 
     @contextmanager
-    def transaction(self, *, app_key: str | None = None) -> Iterator[str]:
+    def transaction(self) -> Iterator[str]:
         """``with producer.transaction():`` commits on a clean exit and aborts on an exception."""
         txn = self.begin_transaction()
         try:
@@ -268,7 +314,7 @@ class Producer:
                 except TxnLogError:
                     pass
             raise
-        self.commit_transaction(app_key=app_key)
+        self.commit_transaction()
 
     def close(self) -> None:
         """Abort any open transaction (best effort) and drop buffers."""
@@ -280,29 +326,47 @@ class Producer:
 
     # -- internals --------------------------------------------------------------------------------------------
 
+    def _finish(self, txn: str, *, committed: bool) -> None:
+        if committed:
+            for seg in self._staged:
+                if seg.seq is not None:
+                    k = (seg.topic, seg.partition)
+                    self._next_seq[k] = max(self._next_seq.get(k, 0), seg.seq + 1)
+        else:
+            self._next_seq = dict(self._seq_at_begin)
+        if self._opened and committed:
+            self.coordinator.close_transaction(txn)
+        self._unresolved = False
+        self._reset()
+
+    def _abort_quietly(self, txn: str) -> None:
+        assert self.identity is not None
+        try:
+            self.coordinator.abort(self.identity, txn, reason="refused at commit")
+            self._n += 1
+        except TxnLogError:
+            pass
+        self._finish(txn, committed=False)
+
     def _reset(self) -> None:
         self._txn = None
-        self._announced = False
+        self._opened = False
         self._buffers.clear()
         self._buffered_bytes.clear()
         self._staged = []
         self._offsets = {}
 
-    def _sync_sequences(self) -> None:
-        st = self.coordinator.log.refresh()
-        self._next_seq = {
-            (t, int(p)): v + 1
-            for k, v in st.sequences.items()
-            for tid, t, p in [k.split("|")]
-            if tid == self.transactional_id
-        }
-
-    def _check_usable(self) -> None:
+    def _check_usable(self, *, resolving: bool = False) -> None:
         if self.identity is None:
             raise InvalidTxnStateError("call init_transactions() first")
         if self._fenced:
             raise ProducerFencedError(
                 f"producer for {self.transactional_id!r} epoch {self.identity.epoch} was fenced; create a new one"
+            )
+        if self._unresolved and not resolving:
+            raise InvalidTxnStateError(
+                f"the outcome of committing {self._txn} is unknown: call commit_transaction() again to learn it "
+                "(or retry), or abort_transaction()"
             )
 
     def _check_open(self) -> None:
@@ -314,6 +378,7 @@ class Producer:
         meta = self._topics.get(name)
         if meta is None:
             meta = self._topics[name] = get_topic(self.store, name)
+            self.coordinator.know_topic(meta)
         return meta
 
     def _buffer(self, topic: str, partition: int, table: pa.Table) -> None:
@@ -329,19 +394,19 @@ class Producer:
         if not tables:
             return
         assert self.identity is not None and self._txn is not None
-        if not self._announced:
+        if not self._opened:
+            # Kafka's AddPartitionsToTxn, without the log: learn of a fence early, and leave a record (on the
+            # store's clock) for the timeout sweep.
             try:
-                self.coordinator.begin(self.identity, self._txn)
+                self.coordinator.check_current(self.identity)
             except ProducerFencedError:
                 self._fenced = True
                 raise
-            self._announced = True
-            if not self._next_seq:
-                self._sync_sequences()
+            self.coordinator.open_transaction(self.identity, self._n)
+            self._opened = True
         topic, partition = key
         seq = self._next_seq.get(key, 0)
-        ident = self.identity
-        name = f"{ident.pid}-{ident.epoch}-{seq:010d}-{self._txn.rsplit('.', 1)[1]}"
+        name = f"{self._txn}~{seq:010d}"
         ref = stage_segment(self.store, topic, partition, pa.concat_tables(tables), name, seq=seq,
                             fmt=self.config.segment_format)
         self._next_seq[key] = seq + 1

@@ -1,6 +1,9 @@
-"""Durable records: transaction log entries, commit markers, segment references. All JSON, enums by value.
+"""Durable records of the transaction log (store format 2): Kafka's transaction states and their table of valid
+previous states, segment references, the items a log entry decides, and the entry itself.
 
-Decoding is strict: a file that is not valid JSON or lacks a field raises :class:`CorruptLogError` naming it.
+Everything is JSON with enums persisted by value. Decoding is strict: bytes that are not a valid record raise
+:class:`CorruptLogError` naming where they came from; a record written by another store format raises
+:class:`UnsupportedFormatError`.
 """
 
 from __future__ import annotations
@@ -10,9 +13,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from coordinator.errors import CorruptLogError
+from coordinator.errors import CorruptLogError, UnsupportedFormatError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 class TxnState(StrEnum):
@@ -30,23 +33,79 @@ class TxnState(StrEnum):
 _READY = frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})
 
 #: The states a transactional id may be in before each transition (Kafka's ``TransactionState.validPreviousStates``).
-#: ``PrepareCommit`` may also follow a ready state: a transaction whose writers staged data without announcing it
-#: (Spark tasks) begins implicitly at its commit point. ``PrepareAbort`` from a ready state is the epoch fence that
-#: ``init_transactions`` and the timeout sweep write.
+#: A commit walks ``Ongoing -> PrepareCommit -> CompleteCommit`` and an abort ``Ongoing -> PrepareAbort ->
+#: CompleteAbort`` inside one log entry (see ``docs/design.md``), so between entries a producer is always ready.
 VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
     TxnState.EMPTY: _READY | {TxnState.DEAD},
-    TxnState.ONGOING: _READY | {TxnState.ONGOING},
-    TxnState.PREPARE_COMMIT: _READY | {TxnState.ONGOING},
-    TxnState.PREPARE_ABORT: _READY | {TxnState.ONGOING},
+    TxnState.ONGOING: _READY,
+    TxnState.PREPARE_COMMIT: frozenset({TxnState.ONGOING}),
+    TxnState.PREPARE_ABORT: frozenset({TxnState.ONGOING}),
     TxnState.COMPLETE_COMMIT: frozenset({TxnState.PREPARE_COMMIT}),
     TxnState.COMPLETE_ABORT: frozenset({TxnState.PREPARE_ABORT}),
     TxnState.DEAD: _READY,
 }
 
+COMMIT_PATH = (TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.COMPLETE_COMMIT)
+ABORT_PATH = (TxnState.ONGOING, TxnState.PREPARE_ABORT, TxnState.COMPLETE_ABORT)
+
 
 def is_ready(state: TxnState) -> bool:
     """Whether a producer in ``state`` may begin a new transaction."""
     return state in _READY
+
+
+def walk(current: TxnState, path: tuple[TxnState, ...]) -> TxnState:
+    """Validate the transitions ``current -> path[0] -> path[1] ...`` against :data:`VALID_PREVIOUS`.
+
+    Returns:
+        the final state.
+    Raises:
+        ValueError: a step is not allowed (callers turn it into a rejection or InvalidTxnStateError).
+    """
+    for nxt in path:
+        if current not in VALID_PREVIOUS[nxt]:
+            raise ValueError(f"cannot go from {current.value} to {nxt.value}")
+        current = nxt
+    return current
+
+
+def producer_txn_id(pid: int, epoch: int, n: int) -> str:
+    """The id of transaction number ``n`` of producer ``pid`` at ``epoch``: unique in the store, names its origin."""
+    return f"p.{pid}.{epoch}.{n}"
+
+
+def app_txn_id(app: str, version: int, token: str) -> str:
+    """The id of one attempt (``token``) to commit ``version`` of application ``app``."""
+    return f"a.{app}.{version}.{token}"
+
+
+@dataclass(frozen=True)
+class TxnRef:
+    """A parsed transaction id: a producer's (pid, epoch, n) or an application's (app, version, token)."""
+
+    kind: str
+    pid: int = -1
+    epoch: int = -1
+    n: int = -1
+    app: str = ""
+    version: int = -1
+    token: str = ""
+
+
+def parse_txn_id(txn: str) -> TxnRef | None:
+    """Parse a transaction id (also the prefix of a staged file name); None if it is not one."""
+    try:
+        if txn.startswith("p."):
+            _, pid, epoch, n = txn.split(".", 3)
+            return TxnRef("p", pid=int(pid), epoch=int(epoch), n=int(n))
+        if txn.startswith("a."):
+            head, version, token = txn[2:].rsplit(".", 2)
+            if not head or not token:
+                return None
+            return TxnRef("a", app=head, version=int(version), token=token)
+    except ValueError:
+        return None
+    return None
 
 
 @dataclass(frozen=True)
@@ -64,114 +123,23 @@ class SegmentRef:
     size: int
     crc32: int
     seq: int | None = None
-    min_ts: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        d: dict[str, Any] = {
-            "topic": self.topic,
-            "partition": self.partition,
-            "path": self.path,
-            "rows": self.rows,
-            "size": self.size,
-            "crc32": self.crc32,
-        }
+        d: dict[str, Any] = {"topic": self.topic, "partition": self.partition, "path": self.path, "rows": self.rows,
+                             "size": self.size, "crc32": self.crc32}
         if self.seq is not None:
             d["seq"] = self.seq
         return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> SegmentRef:
-        return cls(
-            topic=str(d["topic"]),
-            partition=int(d["partition"]),
-            path=str(d["path"]),
-            rows=int(d["rows"]),
-            size=int(d["size"]),
-            crc32=int(d["crc32"]),
-            seq=None if d.get("seq") is None else int(d["seq"]),
-        )
-
-
-@dataclass(frozen=True)
-class TxnEntry:
-    """One transaction log entry: a transactional id moves to ``state``.
-
-    ``segments``, ``offsets`` and ``app_key`` are set on ``PrepareCommit`` entries: the commit point names every
-    segment the transaction publishes, the consumer-group offsets it commits, and the application idempotency key
-    (the streaming sink stores ``query id/batchId`` there).
-    """
-
-    seq: int
-    tid: str
-    pid: int
-    epoch: int
-    state: TxnState
-    ts: int
-    writer: str
-    txn: str | None = None
-    segments: tuple[SegmentRef, ...] = ()
-    offsets: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
-    app_key: str | None = None
-    timeout_ms: int | None = None
-    reason: str | None = None
-
-    def to_bytes(self) -> bytes:
-        d: dict[str, Any] = {
-            "v": FORMAT_VERSION,
-            "seq": self.seq,
-            "tid": self.tid,
-            "pid": self.pid,
-            "epoch": self.epoch,
-            "state": self.state.value,
-            "ts": self.ts,
-            "writer": self.writer,
-        }
-        if self.txn is not None:
-            d["txn"] = self.txn
-        if self.segments:
-            d["segments"] = [s.to_json() for s in self.segments]
-        if self.offsets:
-            d["offsets"] = self.offsets
-        if self.app_key is not None:
-            d["app_key"] = self.app_key
-        if self.timeout_ms is not None:
-            d["timeout_ms"] = self.timeout_ms
-        if self.reason is not None:
-            d["reason"] = self.reason
-        return json.dumps(d, separators=(",", ":"), sort_keys=True).encode()
-
-    @classmethod
-    def from_bytes(cls, data: bytes, where: str) -> TxnEntry:
-        """Raises: CorruptLogError naming ``where`` if the bytes are not a valid entry."""
-        try:
-            d = json.loads(data)
-            return cls(
-                seq=int(d["seq"]),
-                tid=str(d["tid"]),
-                pid=int(d["pid"]),
-                epoch=int(d["epoch"]),
-                state=TxnState(d["state"]),
-                ts=int(d["ts"]),
-                writer=str(d["writer"]),
-                txn=d.get("txn"),
-                segments=tuple(SegmentRef.from_json(s) for s in d.get("segments", ())),
-                offsets={g: {t: {p: int(o) for p, o in ps.items()} for t, ps in ts.items()}
-                         for g, ts in d.get("offsets", {}).items()},
-                app_key=d.get("app_key"),
-                timeout_ms=None if d.get("timeout_ms") is None else int(d["timeout_ms"]),
-                reason=d.get("reason"),
-            )
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise CorruptLogError(f"transaction log entry {where} is corrupt: {exc}") from exc
-
-    def partitions(self) -> list[tuple[str, int]]:
-        """The (topic, partition) pairs this entry's segments touch, sorted."""
-        return sorted({(s.topic, s.partition) for s in self.segments})
+        return cls(str(d["topic"]), int(d["partition"]), str(d["path"]), int(d["rows"]), int(d["size"]),
+                   int(d["crc32"]), None if d.get("seq") is None else int(d["seq"]))
 
 
 @dataclass(frozen=True)
 class MarkerSegment:
-    """A segment as a marker publishes it: path, row count, checksum."""
+    """A segment as a partition record publishes it: path, row count, size and checksum."""
 
     path: str
     rows: int
@@ -187,72 +155,296 @@ class MarkerSegment:
 
 
 @dataclass(frozen=True)
-class Marker:
-    """A COMMIT marker in one partition: transaction ``txn`` (committed at log entry ``commit_seq``) publishes
-    ``segments`` at offsets ``base_offset`` .. ``base_offset + records - 1``.
+class PartAssign:
+    """The records one commit publishes in one partition, at offsets ``base .. base + rows - 1``."""
 
-    Markers are written in commit order and their bytes are a pure function of the transaction and the marker
-    before them, so two processes completing the same transaction write identical bytes.
-    """
-
-    idx: int
-    txn: str
-    tid: str
-    pid: int
-    epoch: int
-    commit_seq: int
-    base_offset: int
-    records: int
-    ts: int
+    topic: str
+    partition: int
+    base: int
     segments: tuple[MarkerSegment, ...]
 
     @property
-    def end_offset(self) -> int:
-        return self.base_offset + self.records
-
-    def to_bytes(self) -> bytes:
-        d = {
-            "v": FORMAT_VERSION,
-            "type": "COMMIT",
-            "idx": self.idx,
-            "txn": self.txn,
-            "tid": self.tid,
-            "pid": self.pid,
-            "epoch": self.epoch,
-            "commit_seq": self.commit_seq,
-            "base_offset": self.base_offset,
-            "records": self.records,
-            "ts": self.ts,
-            "segments": [s.to_json() for s in self.segments],
-        }
-        return json.dumps(d, separators=(",", ":"), sort_keys=True).encode()
+    def rows(self) -> int:
+        return sum(s.rows for s in self.segments)
 
     def to_json(self) -> dict[str, Any]:
-        d: dict[str, Any] = json.loads(self.to_bytes())
+        return {"topic": self.topic, "partition": self.partition, "base": self.base,
+                "segments": [s.to_json() for s in self.segments]}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> PartAssign:
+        return cls(str(d["topic"]), int(d["partition"]), int(d["base"]),
+                   tuple(MarkerSegment.from_json(s) for s in d["segments"]))
+
+
+Offsets = dict[str, dict[str, dict[str, int]]]
+"""group -> topic -> partition (as a string) -> next offset to consume."""
+
+
+def _offsets(d: Any) -> Offsets:
+    return {str(g): {str(t): {str(p): int(o) for p, o in ps.items()} for t, ps in ts.items()} for g, ts in d.items()}
+
+
+@dataclass(frozen=True)
+class Item:
+    """One decision of a log entry. Subclasses name their ``op``; ``request`` is the id of the request it answers
+    (an intent name), so the requester recognises its answer in an entry."""
+
+    request: str
+
+    op = ""
+
+    def body(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": self.op, "request": self.request, **self.body()}
+
+
+@dataclass(frozen=True)
+class InitItem(Item):
+    """``tid`` gets producer id ``pid`` at ``epoch`` (fencing every older epoch); ``ephemeral`` producers are
+    removed by their own commit or abort."""
+
+    tid: str = ""
+    pid: int = -1
+    epoch: int = -1
+    timeout_ms: int = 60_000
+    ephemeral: bool = False
+    op = "init"
+
+    def body(self) -> dict[str, Any]:
+        return {"tid": self.tid, "pid": self.pid, "epoch": self.epoch, "timeout_ms": self.timeout_ms,
+                "ephemeral": self.ephemeral}
+
+
+@dataclass(frozen=True)
+class CommitItem(Item):
+    """Transaction ``txn`` is committed: its segments get the offsets in ``parts``, its group offsets are recorded,
+    and, for an application commit, the app's version moves to ``version``.
+
+    A producer commit names ``tid``/``pid``/``epoch``/``n``; an application commit names ``app``/``version``/
+    ``token``; a Spark batch job with ``txnAppId`` names both. ``end_producer`` removes an ephemeral producer.
+    ``seqs`` are the producer sequence numbers the commit moves to, per ``topic|partition``.
+    """
+
+    txn: str = ""
+    tid: str | None = None
+    pid: int = -1
+    epoch: int = -1
+    n: int = -1
+    app: str | None = None
+    version: int = -1
+    token: str | None = None
+    parts: tuple[PartAssign, ...] = ()
+    offsets: Offsets = field(default_factory=dict)
+    seqs: dict[str, int] = field(default_factory=dict)
+    end_producer: bool = False
+    op = "commit"
+
+    @property
+    def records(self) -> int:
+        return sum(p.rows for p in self.parts)
+
+    def body(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"txn": self.txn, "parts": [p.to_json() for p in self.parts]}
+        if self.tid is not None:
+            d.update(tid=self.tid, pid=self.pid, epoch=self.epoch, n=self.n)
+        if self.app is not None:
+            d.update(app=self.app, version=self.version, token=self.token)
+        if self.offsets:
+            d["offsets"] = self.offsets
+        if self.seqs:
+            d["seqs"] = self.seqs
+        if self.end_producer:
+            d["end_producer"] = True
         return d
 
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Marker:
-        return cls(
-            idx=int(d["idx"]),
-            txn=str(d["txn"]),
-            tid=str(d["tid"]),
-            pid=int(d["pid"]),
-            epoch=int(d["epoch"]),
-            commit_seq=int(d["commit_seq"]),
-            base_offset=int(d["base_offset"]),
-            records=int(d["records"]),
-            ts=int(d["ts"]),
-            segments=tuple(MarkerSegment.from_json(s) for s in d["segments"]),
-        )
+
+@dataclass(frozen=True)
+class AbortItem(Item):
+    """Transaction ``txn`` is aborted (a producer's number ``n``, or an application attempt ``token`` that can then
+    never commit). ``fence`` also bumps the producer's epoch (the timeout sweep, an operator)."""
+
+    txn: str = ""
+    tid: str | None = None
+    pid: int = -1
+    epoch: int = -1
+    n: int = -1
+    app: str | None = None
+    version: int = -1
+    token: str | None = None
+    reason: str = ""
+    fence: bool = False
+    end_producer: bool = False
+    #: the producer transaction carried an app version that was already committed: skipped, not failed
+    skipped: bool = False
+    op = "abort"
+
+    def body(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"txn": self.txn, "reason": self.reason}
+        if self.skipped:
+            d["skipped"] = True
+        if self.tid is not None:
+            d.update(tid=self.tid, pid=self.pid, epoch=self.epoch, n=self.n)
+        if self.app is not None:
+            d.update(app=self.app, version=self.version, token=self.token)
+        if self.fence:
+            d["fence"] = True
+        if self.end_producer:
+            d["end_producer"] = True
+        return d
+
+
+@dataclass(frozen=True)
+class ExpireItem(Item):
+    """Transactional id ``tid`` (producer ``pid``) is forgotten; its producer is fenced for good."""
+
+    tid: str = ""
+    pid: int = -1
+    reason: str = ""
+    op = "expire"
+
+    def body(self) -> dict[str, Any]:
+        return {"tid": self.tid, "pid": self.pid, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class ReplaceItem(Item):
+    """Compaction: the live segments ``replaces`` holding offsets ``[base, end)`` of a partition are replaced by
+    ``segment``; ``runs`` keep each merged transaction's (first offset, commit ts, commit seq). Valid only against
+    the partition's layout version ``layout``."""
+
+    topic: str = ""
+    partition: int = -1
+    layout: int = 0
+    base: int = 0
+    end: int = 0
+    replaces: tuple[str, ...] = ()
+    segment: MarkerSegment = MarkerSegment("", 0, 0, 0)
+    runs: tuple[tuple[int, int, int], ...] = ()
+    #: when the compactor wrote ``segment`` (its clock): a replace published too late is refused, so GC may delete
+    #: an unpublished merged file once it is older than its grace period
+    staged_at: int = 0
+    op = "replace"
+
+    def body(self) -> dict[str, Any]:
+        return {"topic": self.topic, "partition": self.partition, "layout": self.layout, "base": self.base,
+                "end": self.end, "replaces": list(self.replaces), "segment": self.segment.to_json(),
+                "runs": [list(r) for r in self.runs], "staged_at": self.staged_at}
+
+
+@dataclass(frozen=True)
+class RetainItem(Item):
+    """Retention: the partition's log start offset moves to ``start``."""
+
+    topic: str = ""
+    partition: int = -1
+    start: int = 0
+    op = "retain"
+
+    def body(self) -> dict[str, Any]:
+        return {"topic": self.topic, "partition": self.partition, "start": self.start}
+
+
+@dataclass(frozen=True)
+class RejectItem(Item):
+    """The request ``request`` (transaction ``txn``) was refused for good; ``code`` classifies why."""
+
+    txn: str = ""
+    code: str = ""
+    reason: str = ""
+    op = "reject"
+
+    def body(self) -> dict[str, Any]:
+        return {"txn": self.txn, "code": self.code, "reason": self.reason}
+
+
+def _item(d: dict[str, Any]) -> Item:
+    op, req = d["op"], str(d["request"])
+    if op == "commit":
+        return CommitItem(req, txn=str(d["txn"]), tid=d.get("tid"), pid=int(d.get("pid", -1)),
+                          epoch=int(d.get("epoch", -1)), n=int(d.get("n", -1)), app=d.get("app"),
+                          version=int(d.get("version", -1)), token=d.get("token"),
+                          parts=tuple(PartAssign.from_json(p) for p in d["parts"]),
+                          offsets=_offsets(d.get("offsets", {})),
+                          seqs={str(k): int(v) for k, v in d.get("seqs", {}).items()},
+                          end_producer=bool(d.get("end_producer", False)))
+    if op == "abort":
+        return AbortItem(req, txn=str(d["txn"]), tid=d.get("tid"), pid=int(d.get("pid", -1)),
+                         epoch=int(d.get("epoch", -1)), n=int(d.get("n", -1)), app=d.get("app"),
+                         version=int(d.get("version", -1)), token=d.get("token"), reason=str(d.get("reason", "")),
+                         fence=bool(d.get("fence", False)), end_producer=bool(d.get("end_producer", False)),
+                         skipped=bool(d.get("skipped", False)))
+    if op == "init":
+        return InitItem(req, tid=str(d["tid"]), pid=int(d["pid"]), epoch=int(d["epoch"]),
+                        timeout_ms=int(d["timeout_ms"]), ephemeral=bool(d.get("ephemeral", False)))
+    if op == "expire":
+        return ExpireItem(req, tid=str(d["tid"]), pid=int(d["pid"]), reason=str(d.get("reason", "")))
+    if op == "replace":
+        return ReplaceItem(req, topic=str(d["topic"]), partition=int(d["partition"]), layout=int(d["layout"]),
+                           base=int(d["base"]), end=int(d["end"]), replaces=tuple(str(p) for p in d["replaces"]),
+                           segment=MarkerSegment.from_json(d["segment"]),
+                           runs=tuple((int(a), int(b), int(c)) for a, b, c in d["runs"]),
+                           staged_at=int(d.get("staged_at", 0)))
+    if op == "retain":
+        return RetainItem(req, topic=str(d["topic"]), partition=int(d["partition"]), start=int(d["start"]))
+    if op == "reject":
+        return RejectItem(req, txn=str(d.get("txn", "")), code=str(d["code"]), reason=str(d.get("reason", "")))
+    raise ValueError(f"unknown item op {op!r}")
+
+
+def item_partitions(item: Item) -> list[tuple[str, int]]:
+    """The (topic, partition) pairs whose partition log an item adds a record to, in order."""
+    if isinstance(item, CommitItem):
+        return [(p.topic, p.partition) for p in item.parts if p.rows]
+    if isinstance(item, ReplaceItem | RetainItem):
+        return [(item.topic, item.partition)]
+    return []
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """Transaction log entry ``seq``: the items it decides, in order, and the partition record index each touched
+    partition's record gets (``touched``: (topic, partition, record idx), in order of first touch).
+
+    ``ts`` is the entry's time (ms, never below its predecessor's): every commit in it has this commit time.
+    ``writer`` is a token unique to the attempt that wrote it, so a writer tells its own bytes from another's.
+    """
+
+    seq: int
+    ts: int
+    writer: str
+    items: tuple[Item, ...]
+    touched: tuple[tuple[str, int, int], ...] = ()
+
+    def to_bytes(self) -> bytes:
+        d = {"v": FORMAT_VERSION, "seq": self.seq, "ts": self.ts, "writer": self.writer,
+             "items": [i.to_json() for i in self.items], "touched": [list(t) for t in self.touched]}
+        return json.dumps(d, separators=(",", ":"), sort_keys=True).encode()
 
     @classmethod
-    def from_bytes(cls, data: bytes, where: str) -> Marker:
-        """Raises: CorruptLogError naming ``where`` if the bytes are not a valid marker."""
+    def from_bytes(cls, data: bytes, where: str) -> LogEntry:
+        """Raises: CorruptLogError naming ``where`` if the bytes are not a valid entry; UnsupportedFormatError if
+        the entry was written by another store format."""
+        d = decode_json(data, where, "transaction log entry")
+        check_format(d, where)
         try:
-            return cls.from_json(json.loads(data))
+            return cls(seq=int(d["seq"]), ts=int(d["ts"]), writer=str(d["writer"]),
+                       items=tuple(_item(i) for i in d["items"]),
+                       touched=tuple((str(t), int(p), int(i)) for t, p, i in d.get("touched", ())))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise CorruptLogError(f"commit marker {where} is corrupt: {exc}") from exc
+            raise CorruptLogError(f"transaction log entry {where} is corrupt: {exc!r}") from exc
+
+
+def check_format(d: dict[str, Any], where: str) -> None:
+    """Raises: UnsupportedFormatError when ``d`` was written by another store format."""
+    v = d.get("v")
+    if v != FORMAT_VERSION:
+        raise UnsupportedFormatError(
+            f"{where} was written by txnlog store format {v!r}; this txnlog reads format {FORMAT_VERSION} only "
+            "(see docs/design.md): use a new store root, or the txnlog version that wrote it"
+        )
 
 
 def decode_json(data: bytes, where: str, what: str) -> dict[str, Any]:
@@ -272,82 +464,3 @@ def decode_json(data: bytes, where: str, what: str) -> dict[str, Any]:
 
 def encode_json(d: dict[str, Any]) -> bytes:
     return json.dumps(d, separators=(",", ":"), sort_keys=True).encode()
-
-
-@dataclass(frozen=True)
-class ReplaceRecord:
-    """A compaction record in a partition's marker log: the live segments holding offsets
-    ``[base_offset, end_offset)`` are replaced by one merged segment, offsets unchanged.
-
-    ``runs`` gives, for each transaction merged in, ``(first offset, commit ts, commit_seq)`` so readers keep each
-    record's commit time and snapshots can still cut between transactions.
-    """
-
-    idx: int
-    base_offset: int
-    end_offset: int
-    replaces: tuple[str, ...]
-    segment: MarkerSegment
-    runs: tuple[tuple[int, int, int], ...]
-    ts: int
-
-    def to_bytes(self) -> bytes:
-        return encode_json(
-            {
-                "v": FORMAT_VERSION,
-                "type": "REPLACE",
-                "idx": self.idx,
-                "base_offset": self.base_offset,
-                "end_offset": self.end_offset,
-                "replaces": list(self.replaces),
-                "segment": self.segment.to_json(),
-                "runs": [list(r) for r in self.runs],
-                "ts": self.ts,
-            }
-        )
-
-
-@dataclass(frozen=True)
-class RetainRecord:
-    """A retention record in a partition's marker log: the log start offset moves to ``start_offset``; records
-    below it are no longer readable and their segments become garbage after the grace period."""
-
-    idx: int
-    start_offset: int
-    ts: int
-
-    def to_bytes(self) -> bytes:
-        return encode_json(
-            {"v": FORMAT_VERSION, "type": "RETAIN", "idx": self.idx, "start_offset": self.start_offset, "ts": self.ts}
-        )
-
-
-PartitionRecord = Marker | ReplaceRecord | RetainRecord
-
-
-def decode_partition_record(data: bytes, where: str) -> PartitionRecord:
-    """Decode any record of a partition's marker log.
-
-    Raises:
-        CorruptLogError: naming ``where`` when the bytes are not a valid record.
-    """
-    d = decode_json(data, where, "partition log record")
-    kind = d.get("type", "COMMIT")
-    try:
-        if kind == "COMMIT":
-            return Marker.from_json(d)
-        if kind == "REPLACE":
-            return ReplaceRecord(
-                idx=int(d["idx"]),
-                base_offset=int(d["base_offset"]),
-                end_offset=int(d["end_offset"]),
-                replaces=tuple(str(p) for p in d["replaces"]),
-                segment=MarkerSegment.from_json(d["segment"]),
-                runs=tuple((int(a), int(b), int(c)) for a, b, c in d["runs"]),
-                ts=int(d["ts"]),
-            )
-        if kind == "RETAIN":
-            return RetainRecord(idx=int(d["idx"]), start_offset=int(d["start_offset"]), ts=int(d["ts"]))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CorruptLogError(f"partition log record {where} is corrupt: {exc}") from exc
-    raise CorruptLogError(f"partition log record {where} has unknown type {kind!r}")

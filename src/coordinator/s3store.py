@@ -243,20 +243,43 @@ class S3Store(Store):
             raise self._failure("head", path, exc) from None
         return True
 
-    def list(self, prefix: str, start_after: str | None = None) -> builtins.list[str]:
+    def list(self, prefix: str, start_after: str | None = None, limit: int | None = None) -> builtins.list[str]:
         base = self._folder(prefix)
         names: builtins.list[str] = []
-        for page in self._pages(prefix, base, delimiter=True, start_after=start_after):
+        for page in self._pages(prefix, base, delimiter=True, start_after=start_after, limit=limit):
             for obj in page.get("Contents", []):
                 name = obj["Key"][len(base):]
                 if name and "/" not in name and not name.startswith(TEMP_PREFIX):
                     names.append(name)
-        return sorted(n for n in names if start_after is None or n > start_after)
+        out = sorted(n for n in names if start_after is None or n > start_after)
+        return out if limit is None else out[:limit]
+
+    def now(self) -> float:
+        """The S3 service's clock: the ``Date`` of a one-key listing (one request, no write).
+
+        Raises:
+            StoreError: the store failed past the retry budget, or sent no usable ``Date``.
+        """
+        from email.utils import parsedate_to_datetime
+
+        async def op(s3: Any) -> dict[str, Any]:
+            reply: dict[str, Any] = await s3.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix + "_txn/",
+                                                             MaxKeys=1)
+            return reply
+
+        try:
+            reply = self._call("list", "_txn/", op)
+        except ClientError as exc:
+            raise self._failure("list", "_txn/", exc) from None
+        date = reply.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+        if not date:
+            raise StoreError(f"S3 endpoint of {self._where('')} sent no Date header to read its clock from")
+        return parsedate_to_datetime(date).timestamp()
 
     def list_dirs(self, prefix: str) -> builtins.list[str]:
         base = self._folder(prefix)
         dirs: set[str] = set()
-        for page in self._pages(prefix, base, delimiter=True, start_after=None):
+        for page in self._pages(prefix, base, delimiter=True, start_after=None, limit=None):
             for common in page.get("CommonPrefixes", []):
                 name = common["Prefix"][len(base):].rstrip("/")
                 if name:
@@ -266,7 +289,7 @@ class S3Store(Store):
     def list_info(self, prefix: str) -> builtins.list[ObjectInfo]:
         base = self._folder(prefix)
         out: builtins.list[ObjectInfo] = []
-        for page in self._pages(prefix, base, delimiter=False, start_after=None):
+        for page in self._pages(prefix, base, delimiter=False, start_after=None, limit=None):
             for obj in page.get("Contents", []):
                 rel = obj["Key"][len(self.prefix):]
                 if rel.endswith("/") or rel.rsplit("/", 1)[-1].startswith(TEMP_PREFIX):
@@ -311,12 +334,14 @@ class S3Store(Store):
         return f"s3://{self.bucket}/{self.prefix}{path}"
 
     def _pages(
-        self, prefix: str, base: str, *, delimiter: bool, start_after: str | None
+        self, prefix: str, base: str, *, delimiter: bool, start_after: str | None, limit: int | None
     ) -> builtins.list[dict[str, Any]]:
         pages: builtins.list[dict[str, Any]] = []
         token: str | None = None
+        seen = 0
         while True:
-            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": base, "MaxKeys": self.list_page_size}
+            size = self.list_page_size if limit is None else max(1, min(self.list_page_size, limit - seen))
+            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": base, "MaxKeys": size}
             if delimiter:
                 kwargs["Delimiter"] = "/"
             if token is not None:
@@ -333,7 +358,8 @@ class S3Store(Store):
             except ClientError as exc:
                 raise self._failure("list", prefix or "/", exc) from None
             pages.append(page)
-            if not page.get("IsTruncated"):
+            seen += len(page.get("Contents", [])) + len(page.get("CommonPrefixes", []))
+            if not page.get("IsTruncated") or (limit is not None and seen >= limit):
                 return pages
             token = page.get("NextContinuationToken")
             if not token:

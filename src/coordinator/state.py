@@ -1,197 +1,248 @@
 """Coordinator state: what replaying the transaction log yields.
 
 The state is a pure function of the log prefix it has applied, so any process that replays the same entries
-(starting from any checkpoint) holds the same state. :meth:`CoordinatorState.validate` checks a proposed entry
-against the table of valid previous states before it is made durable; :meth:`CoordinatorState.apply` applies a
-durable entry.
+(starting from any checkpoint) holds the same state. Applying an entry never validates: the log is the truth, and
+validation happened when the entry was built (see :mod:`coordinator.decisions`). Nothing here grows with the number
+of commits: it grows with producers, applications, groups and partitions.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from coordinator.errors import CorruptLogError, InvalidTxnStateError, ProducerFencedError
-from coordinator.records import VALID_PREVIOUS, SegmentRef, TxnEntry, TxnState
+from coordinator.errors import CorruptLogError
+from coordinator.records import (
+    AbortItem,
+    CommitItem,
+    ExpireItem,
+    InitItem,
+    Item,
+    LogEntry,
+    ReplaceItem,
+    RetainItem,
+    TxnState,
+)
 
-#: Application idempotency keys remembered per transactional id (the streaming sink needs only the last few).
-APP_KEYS_KEPT = 1000
+TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True)
 class ProducerMeta:
-    """What the coordinator knows of one transactional id."""
+    """What the coordinator knows of one transactional id.
+
+    ``last_txn`` is the number of the producer's last decided transaction at this epoch (-1: none yet), with its
+    outcome (``committed`` / ``aborted``) and reason. ``init_request`` names the request that set this epoch.
+    """
 
     tid: str
     pid: int
     epoch: int
     state: TxnState
-    txn: str | None
-    txn_start_ts: int | None
-    last_ts: int
+    last_txn: int
+    last_outcome: str | None
+    last_reason: str | None
     timeout_ms: int
+    last_ts: int
+    ephemeral: bool = False
+    init_request: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "tid": self.tid,
-            "pid": self.pid,
-            "epoch": self.epoch,
-            "state": self.state.value,
-            "txn": self.txn,
-            "txn_start_ts": self.txn_start_ts,
-            "last_ts": self.last_ts,
-            "timeout_ms": self.timeout_ms,
-        }
+        return {"tid": self.tid, "pid": self.pid, "epoch": self.epoch, "state": self.state.value,
+                "last_txn": self.last_txn, "last_outcome": self.last_outcome, "last_reason": self.last_reason,
+                "timeout_ms": self.timeout_ms, "last_ts": self.last_ts, "ephemeral": self.ephemeral,
+                "init_request": self.init_request}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ProducerMeta:
-        return cls(
-            tid=d["tid"],
-            pid=int(d["pid"]),
-            epoch=int(d["epoch"]),
-            state=TxnState(d["state"]),
-            txn=d.get("txn"),
-            txn_start_ts=d.get("txn_start_ts"),
-            last_ts=int(d["last_ts"]),
-            timeout_ms=int(d["timeout_ms"]),
-        )
+        return cls(str(d["tid"]), int(d["pid"]), int(d["epoch"]), TxnState(d["state"]), int(d["last_txn"]),
+                   d.get("last_outcome"), d.get("last_reason"), int(d["timeout_ms"]), int(d["last_ts"]),
+                   bool(d.get("ephemeral", False)), str(d.get("init_request", "")))
+
+
+@dataclass(frozen=True)
+class AppMeta:
+    """An application's last committed version (Delta's ``SetTransaction``), the attempt that committed it, and the
+    attempts of later versions that were aborted or reaped (they can never commit)."""
+
+    app: str
+    version: int
+    token: str | None
+    txn: str | None
+    ts: int
+    reaped: tuple[tuple[int, str], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"app": self.app, "version": self.version, "token": self.token, "txn": self.txn, "ts": self.ts,
+                "reaped": [list(r) for r in self.reaped]}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> AppMeta:
+        return cls(str(d["app"]), int(d["version"]), d.get("token"), d.get("txn"), int(d["ts"]),
+                   tuple((int(v), str(t)) for v, t in d.get("reaped", ())))
+
+
+@dataclass(frozen=True)
+class PartitionMeta:
+    """A partition's log start and end offsets, its next record index, its layout version (bumped by compaction and
+    retention) and the log entry of its last record."""
+
+    start: int = 0
+    end: int = 0
+    next_idx: int = 0
+    layout: int = 0
+    last_seq: int = -1
 
 
 class CoordinatorState:
-    """The replayed transaction log: producers, prepared-but-incomplete commits, group offsets, idempotency keys
-    and per-partition producer sequence numbers."""
+    """The replayed transaction log (see the module docstring)."""
 
     def __init__(self) -> None:
         self.seq = -1
+        self.ts = 0
         self.next_pid = 0
         self.producers: dict[str, ProducerMeta] = {}
-        #: PrepareCommit entries whose CompleteCommit is not yet in the log, by transaction id, in log order.
-        self.pending: OrderedDict[str, TxnEntry] = OrderedDict()
+        self.apps: dict[str, AppMeta] = {}
         #: group -> topic -> partition (str) -> next offset to consume
         self.groups: dict[str, dict[str, dict[str, int]]] = {}
-        #: tid -> app_key -> transaction id that committed it (insertion ordered, bounded)
-        self.app_keys: dict[str, OrderedDict[str, str]] = {}
-        #: "tid|topic|partition" -> last committed sequence number, for the producer's current epoch
-        self.sequences: dict[str, int] = {}
+        self.partitions: dict[TopicPartition, PartitionMeta] = {}
+        #: tid -> "topic|partition" -> last committed sequence number of the producer's current epoch
+        self.sequences: dict[str, dict[str, int]] = {}
 
-    # -- validation -------------------------------------------------------------------------------------------
-
-    def check_producer(self, tid: str, pid: int, epoch: int) -> ProducerMeta:
-        """The producer's metadata, if (pid, epoch) is its current identity.
-
-        Raises:
-            ProducerFencedError: the transactional id has a newer epoch or another producer id (or expired).
-        """
-        meta = self.producers.get(tid)
-        if meta is None or meta.pid != pid or meta.epoch != epoch:
-            now = "unknown (expired)" if meta is None else f"pid {meta.pid} epoch {meta.epoch}"
-            raise ProducerFencedError(
-                f"producer for transactional id {tid!r} with pid {pid} epoch {epoch} is fenced: the current "
-                f"producer is {now}"
-            )
-        return meta
-
-    def validate(self, entry: TxnEntry) -> None:
-        """Check that ``entry`` is a legal next transition.
-
-        Raises:
-            CorruptLogError: the entry's sequence number is not the next one.
-            InvalidTxnStateError: the state machine does not allow the transition.
-        """
-        if entry.seq != self.seq + 1:
-            raise CorruptLogError(f"transaction log entry {entry.seq} does not follow {self.seq}")
-        meta = self.producers.get(entry.tid)
-        prev = TxnState.DEAD if meta is None else meta.state
-        if prev not in VALID_PREVIOUS[entry.state]:
-            raise InvalidTxnStateError(
-                f"transactional id {entry.tid!r} cannot go from {prev.value} to {entry.state.value}"
-            )
-        if entry.state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT) and meta is not None \
-                and meta.txn != entry.txn:
-            raise InvalidTxnStateError(
-                f"{entry.state.value} for transaction {entry.txn!r} of {entry.tid!r}, but the open one is {meta.txn!r}"
-            )
-
-    # -- application ------------------------------------------------------------------------------------------
-
-    def apply(self, entry: TxnEntry) -> None:
-        """Apply a durable entry (entries read from the log are applied even when a concurrent writer's
-        validation would now fail: the log is the truth)."""
-        if entry.seq != self.seq + 1:
-            raise CorruptLogError(f"transaction log entry {entry.seq} applied after {self.seq}")
-        self.seq = entry.seq
-        self.next_pid = max(self.next_pid, entry.pid + 1)
-        old = self.producers.get(entry.tid)
-        if entry.state is TxnState.DEAD:
-            self.producers.pop(entry.tid, None)
-            self.app_keys.pop(entry.tid, None)
-            self._reset_sequences(entry.tid)
-            return
-        if old is not None and (old.epoch != entry.epoch or old.pid != entry.pid):
-            self._reset_sequences(entry.tid)
-        start = entry.ts if entry.state is TxnState.ONGOING and (old is None or old.state is not TxnState.ONGOING) \
-            else (old.txn_start_ts if old is not None and entry.state is not TxnState.EMPTY else None)
-        meta = ProducerMeta(
-            tid=entry.tid,
-            pid=entry.pid,
-            epoch=entry.epoch,
-            state=entry.state,
-            txn=entry.txn,
-            txn_start_ts=start if entry.state in (TxnState.ONGOING, TxnState.PREPARE_COMMIT) else None,
-            last_ts=entry.ts,
-            timeout_ms=entry.timeout_ms if entry.timeout_ms is not None
-            else (old.timeout_ms if old is not None else 60_000),
-        )
-        self.producers[entry.tid] = meta
-        if entry.state is TxnState.PREPARE_COMMIT:
-            self.pending[entry.txn or ""] = entry
-            for group, topics in entry.offsets.items():
-                g = self.groups.setdefault(group, {})
-                for topic, parts in topics.items():
-                    g.setdefault(topic, {}).update(parts)
-            if entry.app_key is not None:
-                keys = self.app_keys.setdefault(entry.tid, OrderedDict())
-                keys[entry.app_key] = entry.txn or ""
-                while len(keys) > APP_KEYS_KEPT:
-                    keys.popitem(last=False)
-            for seg in entry.segments:
-                if seg.seq is not None:
-                    k = _seq_key(entry.tid, seg.topic, seg.partition)
-                    self.sequences[k] = max(self.sequences.get(k, -1), seg.seq)
-        elif entry.state is TxnState.COMPLETE_COMMIT:
-            self.pending.pop(entry.txn or "", None)
-
-    def _reset_sequences(self, tid: str) -> None:
-        prefix = tid + "|"
-        for k in [k for k in self.sequences if k.startswith(prefix)]:
-            del self.sequences[k]
+    def copy(self) -> CoordinatorState:
+        """An independent copy (values are immutable, so copying the containers is enough)."""
+        st = CoordinatorState()
+        st.seq, st.ts, st.next_pid = self.seq, self.ts, self.next_pid
+        st.producers = dict(self.producers)
+        st.apps = dict(self.apps)
+        st.groups = {g: {t: dict(ps) for t, ps in ts.items()} for g, ts in self.groups.items()}
+        st.partitions = dict(self.partitions)
+        st.sequences = {t: dict(s) for t, s in self.sequences.items()}
+        return st
 
     # -- queries ----------------------------------------------------------------------------------------------
 
+    def partition(self, topic: str, partition: int) -> PartitionMeta:
+        return self.partitions.get((topic, partition)) or PartitionMeta()
+
     def last_sequence(self, tid: str, topic: str, partition: int) -> int:
         """The last committed sequence number of ``tid``'s current epoch in a partition, or -1."""
-        return self.sequences.get(_seq_key(tid, topic, partition), -1)
-
-    def committed_app_key(self, tid: str, app_key: str) -> str | None:
-        """The transaction that committed ``app_key`` for ``tid``, if it is remembered."""
-        keys = self.app_keys.get(tid)
-        return None if keys is None else keys.get(app_key)
+        return self.sequences.get(tid, {}).get(f"{topic}|{partition}", -1)
 
     def group_offsets(self, group: str) -> dict[str, dict[int, int]]:
         return {t: {int(p): o for p, o in ps.items()} for t, ps in self.groups.get(group, {}).items()}
 
+    def producer_by_pid(self, pid: int) -> ProducerMeta | None:
+        for meta in self.producers.values():
+            if meta.pid == pid:
+                return meta
+        return None
+
+    # -- application ------------------------------------------------------------------------------------------
+
+    def apply(self, entry: LogEntry) -> None:
+        """Apply a durable entry, which must be the next one.
+
+        Raises:
+            CorruptLogError: the entry does not follow the last one applied.
+        """
+        if entry.seq != self.seq + 1:
+            raise CorruptLogError(f"transaction log entry {entry.seq} applied after {self.seq}")
+        for item in entry.items:
+            self.apply_item(item, entry.ts)
+        self.finish(entry)
+
+    def finish(self, entry: LogEntry) -> None:
+        """Record what ``entry`` did to partition record indexes, and move to it."""
+        for topic, p, idx in entry.touched:
+            pm = self.partition(topic, p)
+            self.partitions[(topic, p)] = replace(pm, next_idx=idx + 1, last_seq=entry.seq)
+        self.seq = entry.seq
+        self.ts = max(self.ts, entry.ts)
+
+    def apply_item(self, item: Item, ts: int) -> None:
+        """Apply one decision made at time ``ts`` (never validates)."""
+        if isinstance(item, InitItem):
+            self.producers[item.tid] = ProducerMeta(item.tid, item.pid, item.epoch, TxnState.EMPTY, -1, None, None,
+                                                    item.timeout_ms, ts, item.ephemeral, item.request)
+            self.next_pid = max(self.next_pid, item.pid + 1)
+            self.sequences.pop(item.tid, None)
+        elif isinstance(item, CommitItem):
+            self._apply_commit(item, ts)
+        elif isinstance(item, AbortItem):
+            self._apply_abort(item, ts)
+        elif isinstance(item, ExpireItem):
+            meta = self.producers.get(item.tid)
+            if meta is not None and meta.pid == item.pid:
+                del self.producers[item.tid]
+                self.sequences.pop(item.tid, None)
+        elif isinstance(item, ReplaceItem):
+            pm = self.partition(item.topic, item.partition)
+            self.partitions[(item.topic, item.partition)] = replace(pm, layout=pm.layout + 1)
+        elif isinstance(item, RetainItem):
+            pm = self.partition(item.topic, item.partition)
+            self.partitions[(item.topic, item.partition)] = replace(
+                pm, start=max(pm.start, min(item.start, pm.end)), layout=pm.layout + 1)
+
+    def _apply_commit(self, item: CommitItem, ts: int) -> None:
+        if item.tid is not None:
+            meta = self.producers.get(item.tid)
+            if meta is not None and meta.pid == item.pid:
+                if item.end_producer:
+                    del self.producers[item.tid]
+                    self.sequences.pop(item.tid, None)
+                else:
+                    self.producers[item.tid] = replace(meta, state=TxnState.COMPLETE_COMMIT, last_txn=item.n,
+                                                       last_outcome="committed", last_reason=None, last_ts=ts)
+                    if item.seqs:
+                        self.sequences.setdefault(item.tid, {}).update(item.seqs)
+        if item.app is not None:
+            old = self.apps.get(item.app)
+            reaped = tuple(r for r in (old.reaped if old else ()) if r[0] > item.version)
+            self.apps[item.app] = AppMeta(item.app, item.version, item.token, item.txn, ts, reaped)
+        for part in item.parts:
+            pm = self.partition(part.topic, part.partition)
+            self.partitions[(part.topic, part.partition)] = replace(pm, end=part.base + part.rows)
+        for group, topics in item.offsets.items():
+            g = self.groups.setdefault(group, {})
+            for topic, parts in topics.items():
+                g.setdefault(topic, {}).update(parts)
+
+    def _apply_abort(self, item: AbortItem, ts: int) -> None:
+        if item.tid is not None:
+            meta = self.producers.get(item.tid)
+            if meta is not None and meta.pid == item.pid:
+                if item.end_producer:
+                    del self.producers[item.tid]
+                    self.sequences.pop(item.tid, None)
+                elif item.fence:
+                    self.producers[item.tid] = replace(meta, epoch=meta.epoch + 1, state=TxnState.COMPLETE_ABORT,
+                                                       last_txn=-1, last_outcome="aborted", last_reason=item.reason,
+                                                       last_ts=ts)
+                    self.sequences.pop(item.tid, None)
+                else:
+                    self.producers[item.tid] = replace(meta, state=TxnState.COMPLETE_ABORT, last_txn=item.n,
+                                                       last_outcome="skipped" if item.skipped else "aborted",
+                                                       last_reason=item.reason, last_ts=ts)
+        if item.app is not None and item.token is not None:
+            old = self.apps.get(item.app) or AppMeta(item.app, -1, None, None, ts)
+            if item.version > old.version and (item.version, item.token) not in old.reaped:
+                self.apps[item.app] = replace(old, reaped=(*old.reaped, (item.version, item.token)))
+
     # -- checkpoints ------------------------------------------------------------------------------------------
 
     def to_json(self) -> dict[str, Any]:
+        parts: dict[str, dict[str, list[int]]] = {}
+        for (t, p), pm in sorted(self.partitions.items()):
+            parts.setdefault(t, {})[str(p)] = [pm.start, pm.end, pm.next_idx, pm.layout, pm.last_seq]
         return {
-            "v": 1,
             "seq": self.seq,
+            "ts": self.ts,
             "next_pid": self.next_pid,
             "producers": [m.to_json() for m in self.producers.values()],
-            "pending": [e.to_bytes().decode() for e in self.pending.values()],
+            "apps": [a.to_json() for a in self.apps.values()],
             "groups": self.groups,
-            "app_keys": {t: list(k.items()) for t, k in self.app_keys.items()},
+            "partitions": parts,
             "sequences": self.sequences,
         }
 
@@ -200,30 +251,19 @@ class CoordinatorState:
         """Raises: CorruptLogError naming ``where`` when the checkpoint cannot be decoded."""
         st = cls()
         try:
-            st.seq = int(d["seq"])
-            st.next_pid = int(d["next_pid"])
+            st.seq, st.ts, st.next_pid = int(d["seq"]), int(d["ts"]), int(d["next_pid"])
             for m in d["producers"]:
                 meta = ProducerMeta.from_json(m)
                 st.producers[meta.tid] = meta
-            for raw in d["pending"]:
-                e = TxnEntry.from_bytes(raw.encode(), where)
-                st.pending[e.txn or ""] = e
-            st.groups = {g: {t: {p: int(o) for p, o in ps.items()} for t, ps in ts.items()}
+            for a in d["apps"]:
+                am = AppMeta.from_json(a)
+                st.apps[am.app] = am
+            st.groups = {str(g): {str(t): {str(p): int(o) for p, o in ps.items()} for t, ps in ts.items()}
                          for g, ts in d["groups"].items()}
-            st.app_keys = {t: OrderedDict((k, v) for k, v in items) for t, items in d["app_keys"].items()}
-            st.sequences = {k: int(v) for k, v in d["sequences"].items()}
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CorruptLogError(f"coordinator checkpoint {where} is corrupt: {exc}") from exc
+            for t, ps in d["partitions"].items():
+                for p, v in ps.items():
+                    st.partitions[(str(t), int(p))] = PartitionMeta(*(int(x) for x in v))
+            st.sequences = {str(t): {str(k): int(v) for k, v in s.items()} for t, s in d["sequences"].items()}
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CorruptLogError(f"coordinator checkpoint {where} is corrupt: {exc!r}") from exc
         return st
-
-
-def _seq_key(tid: str, topic: str, partition: int) -> str:
-    return f"{tid}|{topic}|{partition}"
-
-
-def segments_by_partition(segments: tuple[SegmentRef, ...]) -> dict[tuple[str, int], list[SegmentRef]]:
-    """Group segment references by (topic, partition), keeping their order."""
-    out: dict[tuple[str, int], list[SegmentRef]] = {}
-    for s in segments:
-        out.setdefault((s.topic, s.partition), []).append(s)
-    return out

@@ -13,6 +13,13 @@ store contract:
 3. **Consistent listing.** Once a write has returned, :meth:`Store.list` shows the object (read-after-write and
    list-after-write consistency, as S3 has given since 2020).
 4. **Read-your-writes.** :meth:`Store.get` after a returned write gives its bytes.
+5. **Durability.** A write that returned survives the writer's process dying. What each backend adds:
+   :class:`MemoryStore` holds objects for the life of the process only (tests, notebooks); :class:`LocalStore`
+   fsyncs the file *and the folder entry* (after ``os.link`` / ``os.replace``, and every folder it creates), so a
+   returned write also survives power loss on a file system that honours fsync; S3 acknowledges a ``PutObject``
+   only once it is stored redundantly.
+6. **One clock.** :meth:`Store.now` is the store's own clock, the one that stamps :attr:`ObjectInfo.mtime`: ages
+   (GC's grace period, transaction timeouts) are judged on it, never on the caller's clock.
 
 Paths given to a store are relative, ``/``-separated, and never start with ``/`` nor contain ``..``; the store
 joins them to its root. Every call counts one request per backend operation kind in :attr:`Store.counters`, so
@@ -213,9 +220,10 @@ class Store(ABC):
         """
 
     @abstractmethod
-    def list(self, prefix: str, start_after: str | None = None) -> builtins.list[str]:
+    def list(self, prefix: str, start_after: str | None = None, limit: int | None = None) -> builtins.list[str]:
         """Names (not paths) of the objects directly inside folder ``prefix``, sorted; only names greater than
-        ``start_after`` when it is given. Subfolders are not returned. A missing folder lists as empty."""
+        ``start_after`` when it is given, and at most ``limit`` of them (the first ones). Subfolders are not
+        returned. A missing folder lists as empty."""
 
     @abstractmethod
     def list_dirs(self, prefix: str) -> builtins.list[str]:
@@ -228,6 +236,12 @@ class Store(ABC):
     @abstractmethod
     def delete(self, path: str) -> None:
         """Remove ``path``; a missing object is not an error."""
+
+    def now(self) -> float:
+        """The store's clock (epoch seconds), the one that stamps object modification times."""
+        import time
+
+        return time.time()
 
     def exists(self, path: str) -> bool:
         """Whether an object is at ``path``."""
@@ -293,13 +307,13 @@ class MemoryStore(Store):
             except KeyError:
                 raise FileNotFoundError(path) from None
 
-    def list(self, prefix: str, start_after: str | None = None) -> builtins.list[str]:
+    def list(self, prefix: str, start_after: str | None = None, limit: int | None = None) -> builtins.list[str]:
         prefix = _folder(prefix)
         self.counters.add("list")
         base = prefix + "/" if prefix else ""
         with self._lock:
             names = [p[len(base):] for p in self._objects if p.startswith(base) and "/" not in p[len(base):]]
-        return sorted(n for n in names if start_after is None or n > start_after)
+        return _page(names, start_after, limit)
 
     def list_dirs(self, prefix: str) -> builtins.list[str]:
         prefix = _folder(prefix)
@@ -344,9 +358,22 @@ class LocalStore(Store):
     def _full(self, path: str) -> str:
         return os.path.join(self.root, *check_relative(path).split("/"))
 
+    def _make_folder(self, folder: str) -> None:
+        """Create ``folder`` and its missing parents, each made durable in its parent."""
+        if os.path.isdir(folder):
+            return
+        parent = os.path.dirname(folder)
+        if parent != folder:
+            self._make_folder(parent)
+        try:
+            os.mkdir(folder)
+        except FileExistsError:
+            return
+        _fsync_dir(parent)
+
     def _write_temp(self, full: str, data: bytes) -> str:
         folder = os.path.dirname(full)
-        os.makedirs(folder, exist_ok=True)
+        self._make_folder(folder)
         tmp = os.path.join(folder, f"{TEMP_PREFIX}{uuid.uuid4().hex}")
         with open(tmp, "wb") as fh:
             fh.write(data)
@@ -365,6 +392,7 @@ class LocalStore(Store):
                 return self._read_back_equal(path, data)
             finally:
                 os.unlink(tmp)
+            _fsync_dir(os.path.dirname(full))
         except OSError as exc:
             raise StoreError(f"local store write of {path!r} failed: {exc.strerror}") from exc
         return True
@@ -375,6 +403,7 @@ class LocalStore(Store):
         try:
             tmp = self._write_temp(full, data)
             os.replace(tmp, full)
+            _fsync_dir(os.path.dirname(full))
         except OSError as exc:
             raise StoreError(f"local store write of {path!r} failed: {exc.strerror}") from exc
 
@@ -386,7 +415,7 @@ class LocalStore(Store):
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             raise FileNotFoundError(path) from None
 
-    def list(self, prefix: str, start_after: str | None = None) -> builtins.list[str]:
+    def list(self, prefix: str, start_after: str | None = None, limit: int | None = None) -> builtins.list[str]:
         prefix = _folder(prefix)
         self.counters.add("list")
         folder = self._full(prefix) if prefix else self.root
@@ -395,7 +424,7 @@ class LocalStore(Store):
         except (FileNotFoundError, NotADirectoryError):
             return []
         names = [e.name for e in entries if e.is_file() and not e.name.startswith(TEMP_PREFIX)]
-        return sorted(n for n in names if start_after is None or n > start_after)
+        return _page(names, start_after, limit)
 
     def list_dirs(self, prefix: str) -> builtins.list[str]:
         prefix = _folder(prefix)
@@ -432,6 +461,20 @@ class LocalStore(Store):
             os.unlink(self._full(path))
         except FileNotFoundError:
             pass
+
+
+def _page(names: builtins.list[str], start_after: str | None, limit: int | None) -> builtins.list[str]:
+    out = sorted(n for n in names if start_after is None or n > start_after)
+    return out if limit is None else out[:limit]
+
+
+def _fsync_dir(folder: str) -> None:
+    """Make a folder's entries (a link, a rename, a new subfolder) durable."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _has_files(folder: str) -> bool:

@@ -124,6 +124,9 @@ def create_topic(
             raise InvalidOptionError(
                 f"column {f.name!r}: names starting with '_' are reserved for metadata columns"
             )
+    from coordinator.txnlog import ensure_format
+
+    ensure_format(store)
     meta = TopicMeta(name, partitions, schema, dict(config or {}), 0, created_ms)
     if store.put_if_absent(topic_meta_path(name, 0), meta.to_bytes()):
         return meta

@@ -1,150 +1,580 @@
-"""The transaction log: an ordered sequence of small JSON objects, each created with ``put_if_absent``.
+"""The transaction log: an ordered sequence of small JSON objects, each created with ``put_if_absent``, each deciding
+a group of requests (see ``docs/design.md``).
 
-Appending is optimistic: a writer validates its entry against the state it has replayed, then creates entry
-``seq + 1``. If another writer took that number first, the writer reads the winner, applies it and validates again.
-Every ``checkpoint_interval`` entries, the writer of the entry also writes a checkpoint of the replayed state, so
-that opening the log costs a listing of checkpoints, one checkpoint read and a listing of the entries after it,
-whatever the log's length.
+* **Opening** reads the newest checkpoint (``_txn/checkpoint/_last.json``) and the entries after it.
+* **Refreshing** lists the entries after the last one read (one request when nothing is new); far behind, it jumps
+  to the newest checkpoint instead of reading every entry.
+* **Submitting** a request (:meth:`TransactionLog.submit`) builds the next entry from it and from every waiting
+  intent, and creates it; a writer that loses the race publishes its request as an intent, backs off with jitter and
+  usually finds it decided by the winner. The entry's creation is the commit point of everything in it.
+* After winning, the writer writes the entry's derived partition records, and every ``checkpoint_interval`` entries
+  a checkpoint, after making sure every partition record of the entries it covers exists.
+
+Thread-safe; one instance per process and store is enough.
 """
 
 from __future__ import annotations
 
+import logging
+import random
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from coordinator import faults
-from coordinator.errors import ConcurrentCommitError, CorruptLogError, TxnLogError
-from coordinator.layout import TXN_CHECKPOINT, TXN_LOG, parse_seq, txn_checkpoint_path, txn_log_path
-from coordinator.records import TxnEntry, decode_json, encode_json
+from coordinator import faults, parallel
+from coordinator.decisions import (
+    INTENT_KINDS,
+    Outcome,
+    Request,
+    decide,
+    decided_by_name,
+    fenced,
+    outcome,
+    outcome_of_item,
+    request_bytes,
+    request_from_bytes,
+)
+from coordinator.errors import (
+    CommitStateUnknownError,
+    ConcurrentCommitError,
+    CorruptLogError,
+    StoreError,
+    UnsupportedFormatError,
+)
+from coordinator.layout import (
+    FORMAT_PATH,
+    LAST_CHECKPOINT,
+    TXN_CHECKPOINT,
+    TXN_INTENTS,
+    TXN_LOG,
+    intent_path,
+    marker_dir,
+    marker_path,
+    parse_seq,
+    seq_name,
+    txn_checkpoint_path,
+    txn_log_path,
+)
+from coordinator.partrecords import PartitionRecord, records_of
+from coordinator.records import FORMAT_VERSION, Item, LogEntry, check_format, decode_json, encode_json, item_partitions
 from coordinator.state import CoordinatorState
 from coordinator.store import Store
 
-DEFAULT_CHECKPOINT_INTERVAL = 100
-#: Conflicts tolerated by one append before it gives up with ConcurrentCommitError.
-MAX_APPEND_ATTEMPTS = 200
+if TYPE_CHECKING:
+    from coordinator.partition import PartitionLog
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CHECKPOINT_INTERVAL = 8
+#: Entries and checkpoints below the newest checkpoint older than this are deleted (protects readers mid-open).
+DEFAULT_LOG_GRACE_MS = 10 * 60_000
+#: Every this many checkpoints, the checkpoint writer also truncates the log.
+TRUNCATE_EVERY = 16
+#: Intents decided in one entry at most (keeps entries small under heavy contention).
+MAX_INTENTS_PER_ENTRY = 256
+#: A submit gives up after this long losing races (ConcurrentCommitError).
+SUBMIT_BUDGET_S = 120.0
+_RECENT_KEPT = 4096
+_DECISIONS_KEPT = 20_000
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-EntryBuilder = Callable[[CoordinatorState, int, str], TxnEntry | None]
+def ensure_format(store: Store) -> None:
+    """Create ``_txn/format.json`` (the store's format) if absent.
+
+    Raises:
+        UnsupportedFormatError: the store was created by another format.
+    """
+    body = encode_json({"format": FORMAT_VERSION})
+    if store.put_if_absent(FORMAT_PATH, body):
+        return
+    d = decode_json(store.get(FORMAT_PATH), FORMAT_PATH, "store format file")
+    if d.get("format") != FORMAT_VERSION:
+        raise UnsupportedFormatError(
+            f"store {store.url} has txnlog store format {d.get('format')!r}; this txnlog reads format "
+            f"{FORMAT_VERSION} only"
+        )
 
 
 class TransactionLog:
-    """A process's view of the store's transaction log. Thread-safe; cheap to keep open.
+    """A process's view of the store's transaction log (see the module docstring).
 
     Attributes:
         state: the replayed state as of the last entry read (may lag the store until :meth:`refresh`).
+        checkpoint_seq: the newest checkpoint this process knows to exist (-1: none).
     """
 
-    def __init__(self, store: Store, *, checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL,
+        group_commit: bool = True,
+        log_grace_ms: int = DEFAULT_LOG_GRACE_MS,
+        partition_checkpoint_interval: int = 32,
+    ) -> None:
         self.store = store
         self.checkpoint_interval = checkpoint_interval
+        self.partition_checkpoint_interval = partition_checkpoint_interval
+        #: opens a partition's index (the coordinator sets it to its cached one)
+        self.open_partition: Callable[[str, int], PartitionLog] | None = None
+        self.group_commit = group_commit
+        self.log_grace_ms = log_grace_ms
+        self.jump = max(2 * checkpoint_interval, 4)
         self._lock = threading.RLock()
-        self.state = self._load()
+        self.state = CoordinatorState()
+        self.checkpoint_seq = -1
+        self._recent: OrderedDict[int, LogEntry] = OrderedDict()
+        self._record_seq: dict[tuple[str, int, int], int] = {}
+        self._decisions: OrderedDict[str, tuple[Item, int]] = OrderedDict()
+        self._intents: dict[str, Request] = {}
+        self._since_pointer = 0
+        ck = self._read_last_checkpoint()
+        if ck is not None:
+            self._reset(ck)
+        self.refresh()
 
-    def _load(self) -> CoordinatorState:
-        state = CoordinatorState()
+    # -- reading ----------------------------------------------------------------------------------------------
+
+    def _read_last_checkpoint(self) -> CoordinatorState | None:
+        """The newest checkpoint: ``_last.json``, or the newest numbered one that decodes."""
+        try:
+            return self._decode_checkpoint(self.store.get(LAST_CHECKPOINT), LAST_CHECKPOINT)
+        except FileNotFoundError:
+            pass
+        except CorruptLogError as exc:
+            log.warning("%s", exc)
         names = [n for n in self.store.list(TXN_CHECKPOINT) if parse_seq(n) is not None]
         for name in reversed(names):
             where = f"{TXN_CHECKPOINT}/{name}"
             try:
-                state = CoordinatorState.from_json(
-                    decode_json(self.store.get(where), where, "coordinator checkpoint"), where
-                )
-                break
-            except CorruptLogError:
-                # A damaged checkpoint is never needed: an older one, or the log itself, holds the same state.
+                return self._decode_checkpoint(self.store.get(where), where)
+            except (CorruptLogError, FileNotFoundError):
                 continue
-            except FileNotFoundError:
-                continue
-        self._replay(state)
-        return state
+        return None
 
-    def _replay(self, state: CoordinatorState) -> None:
-        start_after = None if state.seq < 0 else txn_log_path(state.seq).rsplit("/", 1)[1]
-        for name in self.store.list(TXN_LOG, start_after=start_after):
-            n = parse_seq(name)
-            if n is None:
-                continue
-            if n != state.seq + 1:
-                raise CorruptLogError(
-                    f"transaction log has a gap: {TXN_LOG}/{name} follows entry {state.seq}"
-                )
-            path = f"{TXN_LOG}/{name}"
-            state.apply(TxnEntry.from_bytes(self.store.get(path), path))
+    @staticmethod
+    def _decode_checkpoint(data: bytes, where: str) -> CoordinatorState:
+        d = decode_json(data, where, "coordinator checkpoint")
+        check_format(d, where)
+        return CoordinatorState.from_json(d, where)
+
+    def _reset(self, st: CoordinatorState) -> None:
+        self.state = st
+        self.checkpoint_seq = max(self.checkpoint_seq, st.seq)
+        self._recent.clear()
+        self._record_seq = {k: s for k, s in self._record_seq.items() if s > st.seq}
+
+    def _get_entry(self, seq: int) -> LogEntry | None:
+        path = txn_log_path(seq)
+        try:
+            data = self.store.get(path)
+        except FileNotFoundError:
+            return None
+        entry = LogEntry.from_bytes(data, path)
+        if entry.seq != seq:
+            raise CorruptLogError(f"transaction log entry {path} says it is entry {entry.seq}")
+        return entry
 
     def refresh(self) -> CoordinatorState:
-        """Read entries written since the last read and apply them.
-
-        Entries are dense (entry ``n + 1`` is only ever created by a writer that has read entry ``n``), so this
-        reads forward by number until the first missing entry: one request when nothing is new, however long the
-        log is.
-        """
-        with self._lock:
-            state = self.state
-            while True:
-                path = txn_log_path(state.seq + 1)
-                try:
-                    data = self.store.get(path)
-                except FileNotFoundError:
-                    return state
-                state.apply(TxnEntry.from_bytes(data, path))
-
-    def append(self, build: EntryBuilder) -> TxnEntry | None:
-        """Append the entry ``build(state, seq, writer_token)`` returns; None means nothing to write.
-
-        ``build`` runs against the freshest known state and must raise if the transition is not allowed; on a lost
-        race it runs again against the new state.
-
-        A transition ``build`` or the state machine refuses is judged again after reading any newer entries, so
-        the error reflects the store, not a stale view of it.
+        """Read what was appended since the last read (one LIST when nothing is new) and apply it.
 
         Raises:
-            ConcurrentCommitError: lost the race more than MAX_APPEND_ATTEMPTS times in a row.
-            CommitStateUnknownError: the store could not say whether the entry was written.
-            whatever ``build`` raises.
+            CorruptLogError: an entry cannot be decoded, or the log has a gap no checkpoint covers.
+            UnsupportedFormatError: the store was written by another format.
+            StoreError: the store failed.
         """
         with self._lock:
-            for _ in range(MAX_APPEND_ATTEMPTS):
-                writer = uuid.uuid4().hex
-                seq = self.state.seq + 1
-                try:
-                    entry = build(self.state, seq, writer)
-                    if entry is not None:
-                        self.state.validate(entry)
-                except TxnLogError:
-                    # Refused against what this process has read: if the log moved on, judge again on the
-                    # fresh state (a fenced zombie must learn it is fenced, not that its old state forbids it).
-                    if self.refresh().seq >= seq:
-                        continue
+            self._catch_up()
+            return self.state
+
+    def _catch_up(self) -> None:
+        jumped = False
+        while True:
+            after = seq_name(self.state.seq) if self.state.seq >= 0 else None
+            names = [n for n in self.store.list(TXN_LOG, start_after=after, limit=self.jump + 1)
+                     if parse_seq(n) is not None]
+            if not names:
+                return
+            seqs = [parse_seq(n) or 0 for n in names]
+            if seqs[0] != self.state.seq + 1 or len(seqs) > self.jump:
+                if not jumped and self._jump():
+                    jumped = True
+                    continue
+                if seqs[0] != self.state.seq + 1:
+                    raise CorruptLogError(
+                        f"transaction log has a gap: {TXN_LOG}/{names[0]} follows entry {self.state.seq} and no "
+                        "checkpoint covers it"
+                    )
+                seqs = seqs[: self.jump]
+            entries = parallel.pmap(self._get_entry, seqs)
+            for entry in entries:
+                if entry is None:  # deleted by truncation since the listing: a newer checkpoint covers it
+                    if jumped or not self._jump():
+                        raise CorruptLogError(f"transaction log entry {self.state.seq + 1} vanished")
+                    jumped = True
+                    break
+                self._apply(entry)
+            else:
+                if len(seqs) < self.jump:
+                    return
+
+    def _jump(self) -> bool:
+        ck = self._read_last_checkpoint()
+        if ck is None or ck.seq <= self.state.seq:
+            return False
+        self._reset(ck)
+        return True
+
+    def _apply(self, entry: LogEntry) -> None:
+        self.state.apply(entry)
+        self._remember(entry)
+
+    def _remember(self, entry: LogEntry) -> None:
+        self._recent[entry.seq] = entry
+        while len(self._recent) > _RECENT_KEPT:
+            self._recent.popitem(last=False)
+        for topic, p, idx in entry.touched:
+            self._record_seq[(topic, p, idx)] = entry.seq
+        for item in entry.items:
+            self._decisions[item.request] = (item, entry.seq)
+        while len(self._decisions) > _DECISIONS_KEPT:
+            self._decisions.popitem(last=False)
+        self._since_pointer += 1
+        if self._since_pointer >= 4 * self.jump and len(self._record_seq) > 4 * _RECENT_KEPT:
+            self._since_pointer = 0
+            self._learn_checkpoint()
+
+    def _learn_checkpoint(self) -> None:
+        """Learn the newest checkpoint's seq, so bookkeeping below it can be dropped (records below a checkpoint
+        exist by the checkpoint invariant)."""
+        try:
+            d = decode_json(self.store.get(LAST_CHECKPOINT), LAST_CHECKPOINT, "coordinator checkpoint")
+            seq = int(d["seq"])
+        except (FileNotFoundError, CorruptLogError, KeyError, ValueError, TypeError, StoreError):
+            return
+        if seq > self.checkpoint_seq:
+            self.checkpoint_seq = seq
+            self._record_seq = {k: s for k, s in self._record_seq.items() if s > seq}
+
+    def entry(self, seq: int) -> LogEntry:
+        """Log entry ``seq`` (from memory when recent).
+
+        Raises:
+            CorruptLogError: the entry is gone (truncated) or damaged.
+        """
+        with self._lock:
+            got = self._recent.get(seq)
+        if got is not None:
+            return got
+        found = self._get_entry(seq)
+        if found is None:
+            raise CorruptLogError(f"transaction log entry {txn_log_path(seq)} is needed but missing")
+        return found
+
+    def record_source(self, topic: str, partition: int, idx: int) -> PartitionRecord | None:
+        """Partition record ``idx`` computed from the log entry that defines it, when this process read that
+        entry; None when it did not (the record then predates the checkpoint this process started from, so it
+        exists in the store)."""
+        with self._lock:
+            seq = self._record_seq.get((topic, partition, idx))
+        if seq is None:
+            return None
+        return records_of(self.entry(seq)).get((topic, partition))
+
+    def decision(self, request_id: str) -> tuple[Item, int] | None:
+        """The item that decided ``request_id`` and its entry, if this process read it."""
+        with self._lock:
+            return self._decisions.get(request_id)
+
+    # -- submitting -------------------------------------------------------------------------------------------
+
+    def _outcome(self, req: Request) -> Outcome | None:
+        gone = fenced(req, self.state)
+        if gone is not None:
+            return gone
+        seen = self._decisions.get(req.id)
+        if seen is not None:
+            return outcome_of_item(*seen)
+        return outcome(req, self.state)
+
+    def submit(self, req: Request) -> Outcome:
+        """Get ``req`` decided: build the next entry from it and every waiting intent and create it; on a lost
+        race publish ``req`` as an intent (commit, abort and init requests), back off with jitter and look again.
+
+        Returns:
+            the outcome (see :class:`~coordinator.decisions.Outcome`).
+        Raises:
+            CommitStateUnknownError: the store could not say whether the deciding entry was written, or failed
+                after ``req`` was published as an intent (another process may still decide it).
+            ConcurrentCommitError: lost races for :data:`SUBMIT_BUDGET_S` seconds.
+            StoreError, CorruptLogError: the store failed or the log is damaged (``req`` was not decided).
+        """
+        intentable = self.group_commit and req.kind in INTENT_KINDS
+        wrote_intent = False
+        attempt = 0
+        start = time.monotonic()
+        while True:
+            try:
+                won, result = self._attempt(req, intentable)
+            except CommitStateUnknownError:
+                # Did the ambiguous write land? If the log can be read, it says so; an entry that did not land
+                # decided nothing, and trying again is safe (a request is decided at most once).
+                readable, result = self._learn(req)
+                if not readable:
                     raise
-                if entry is None:
-                    return None
-                path = txn_log_path(seq)
-                faults.point(f"txnlog.{entry.state.value}.before")
-                created = self.store.put_if_absent(path, entry.to_bytes())
-                if created:
-                    faults.point(f"txnlog.{entry.state.value}.after")
-                    self.state.apply(entry)
-                    if self.checkpoint_interval and seq % self.checkpoint_interval == self.checkpoint_interval - 1:
-                        self.write_checkpoint()
-                    return entry
-                self.refresh()
-            raise ConcurrentCommitError(
-                f"transaction log append lost {MAX_APPEND_ATTEMPTS} races in a row; the store is too contended"
-            )
+                won = None
+            except StoreError as exc:
+                if wrote_intent:
+                    raise CommitStateUnknownError(
+                        f"the store failed while request {req.id} was waiting to be decided; it may still be: "
+                        f"{exc}") from exc
+                raise
+            if result is not None:
+                if wrote_intent:
+                    self._delete_quietly([intent_path(req.id)])
+                if won is not None:
+                    self._after_win(*won)
+                return result
+            attempt += 1
+            if intentable and not wrote_intent:
+                faults.point("intent.before")
+                self.store.put(intent_path(req.id), request_bytes(req))
+                faults.point("intent.after")
+                wrote_intent = True
+            if time.monotonic() - start > SUBMIT_BUDGET_S:
+                msg = f"request {req.id} lost the transaction log race for {SUBMIT_BUDGET_S:.0f} s"
+                if wrote_intent:
+                    raise CommitStateUnknownError(msg + "; its intent may still be decided")
+                raise ConcurrentCommitError(msg + "; the store is too contended")
+            time.sleep(random.uniform(0, min(0.2, 0.002 * 2 ** min(attempt, 10))))
+
+    def _learn(self, req: Request) -> tuple[bool, Outcome | None]:
+        """After an ambiguous write: read the log (a few tries). Returns (whether the log could be read, the
+        outcome of ``req`` if it was decided)."""
+        for i in range(3):
+            try:
+                with self._lock:
+                    self._catch_up()
+                    return True, self._outcome(req)
+            except (StoreError, CorruptLogError):
+                time.sleep(0.05 * (i + 1))
+        return False, None
+
+    def _attempt(self, req: Request, intentable: bool) -> tuple[tuple[LogEntry, list[str]] | None, Outcome | None]:
+        """One try: refresh, decide ``req`` and the waiting intents, create the next entry.
+
+        Returns:
+            ``((entry, intents it decided), outcome)`` when this call created the entry; ``(None, outcome)`` when
+            ``req`` was already decided; ``(None, None)`` when another writer took the entry.
+        """
+        with self._lock:
+            listing = parallel.submit(lambda: self.store.list(TXN_INTENTS)) if intentable else None
+            try:
+                self._catch_up()
+            finally:
+                names = listing() if listing is not None else []
+            got = self._outcome(req)
+            if got is not None:
+                return None, got
+            others = self._waiting(names, req.id)
+            ts = max(now_ms(), self.state.ts)
+            seq = self.state.seq + 1
+            scratch = self.state.copy()
+            items: list[Item] = []
+            touched: dict[tuple[str, int], int] = {}
+            for r in [req, *others]:
+                item = decide(r, scratch, ts)
+                if item is None:
+                    continue
+                for tp in item_partitions(item):
+                    touched.setdefault(tp, scratch.partition(*tp).next_idx)
+                scratch.apply_item(item, ts)
+                items.append(item)
+            if not any(i.request == req.id for i in items):
+                return None, Outcome("unknown", reason=f"request {req.id} was decided out of view")
+            entry = LogEntry(seq, ts, uuid.uuid4().hex, tuple(items),
+                             tuple((t, p, idx) for (t, p), idx in touched.items()))
+            scratch.finish(entry)
+            if seq == 0:
+                ensure_format(self.store)
+            faults.point("txnlog.entry.before")
+            created = self.store.put_if_absent(txn_log_path(seq), entry.to_bytes())
+            if not created:
+                return None, None
+            faults.point("txnlog.entry.after")
+            self.state = scratch
+            self._remember(entry)
+            decided = [i.request for i in items if i.request != req.id and i.request in self._intents]
+            for rid in decided:
+                self._intents.pop(rid, None)
+            mine = next(i for i in items if i.request == req.id)
+            return (entry, decided), outcome_of_item(mine, seq)
+
+    def _waiting(self, names: list[str], own: str) -> list[Request]:
+        """The undecided intents among ``names`` (fetched once each, in parallel), oldest name first."""
+        ids = []
+        for name in names:
+            if not name.endswith(".json"):
+                continue
+            rid = name[:-5]
+            if rid == own or rid in self._decisions or decided_by_name(rid, self.state):
+                continue
+            ids.append(rid)
+        ids = ids[:MAX_INTENTS_PER_ENTRY]
+        self._intents = {rid: r for rid, r in self._intents.items() if rid in ids}
+        new = [rid for rid in ids if rid not in self._intents]
+
+        def fetch(rid: str) -> tuple[str, Request | None]:
+            path = intent_path(rid)
+            try:
+                return rid, request_from_bytes(self.store.get(path), path)
+            except FileNotFoundError:
+                return rid, None
+            except (CorruptLogError, UnsupportedFormatError) as exc:
+                log.warning("ignoring intent: %s", exc)
+                return rid, None
+
+        for rid, got in parallel.pmap(fetch, new):
+            if got is not None:
+                self._intents[rid] = got
+        return [self._intents[rid] for rid in ids if rid in self._intents]
+
+    def _after_win(self, entry: LogEntry, decided: list[str]) -> None:
+        """Derived work after creating ``entry``; never fails the commit (everything here is derived data)."""
+        try:
+            write_records(self.store, entry)
+            if decided:
+                self._delete_quietly([intent_path(r) for r in decided])
+            if self.checkpoint_interval and entry.seq % self.checkpoint_interval == self.checkpoint_interval - 1:
+                self.write_checkpoint()
+        except (StoreError, CorruptLogError, OSError) as exc:
+            log.warning("after committing entry %d: %s (derived data only; readers compute it)", entry.seq, exc)
+
+    def _delete_quietly(self, paths: list[str]) -> None:
+        def rm(path: str) -> None:
+            try:
+                self.store.delete(path)
+            except StoreError as exc:
+                log.debug("could not delete %s: %s", path, exc)
+
+        parallel.pmap(rm, paths)
+
+    # -- checkpoints ------------------------------------------------------------------------------------------
 
     def write_checkpoint(self) -> None:
-        """Write the replayed state as a checkpoint (idempotent: the content is a function of the log prefix)."""
+        """Checkpoint the state as of the last entry read, after making sure every partition record of the
+        entries since the newest checkpoint exists (so entries below it may be deleted later). Idempotent.
+
+        Raises:
+            StoreError: the store failed (the checkpoint is then simply not there; readers read more entries).
+        """
         with self._lock:
-            if self.state.seq < 0:
-                return
-            faults.point("txnlog.checkpoint.before")
-            # A plain put: the content is a function of the log prefix, so concurrent writers write the same bytes,
-            # and a commit never pays a conditional write for it.
-            self.store.put(txn_checkpoint_path(self.state.seq), encode_json(self.state.to_json()))
-            faults.point("txnlog.checkpoint.after")
+            st = self.state.copy()
+            known = self.checkpoint_seq
+        if st.seq < 0 or st.seq <= known:
+            return
+        self._learn_checkpoint()
+        known = max(known, self.checkpoint_seq)
+        if st.seq <= known:
+            return
+        entries = parallel.pmap(self.entry, range(known + 1, st.seq + 1))
+        ensure_records(self.store, entries)
+        self._partition_checkpoints(entries)
+        faults.point("txnlog.checkpoint.before")
+        data = encode_json({"v": FORMAT_VERSION, **st.to_json()})
+        self.store.put(txn_checkpoint_path(st.seq), data)
+        self.store.put(LAST_CHECKPOINT, data)
+        faults.point("txnlog.checkpoint.after")
+        with self._lock:
+            self.checkpoint_seq = max(self.checkpoint_seq, st.seq)
+            self._record_seq = {k: s for k, s in self._record_seq.items() if s > st.seq}
+        span = self.checkpoint_interval * TRUNCATE_EVERY
+        if self.checkpoint_interval and (st.seq + 1) % span == 0:
+            self.truncate()
+
+    def _partition_checkpoints(self, entries: list[LogEntry]) -> None:
+        """Checkpoint the index of every partition whose records crossed a multiple of the partition checkpoint
+        interval in ``entries``, so opening it stays cheap however long its history."""
+        m = self.partition_checkpoint_interval
+        if not m or self.open_partition is None:
+            return
+        due = sorted({(t, p) for e in entries for t, p, idx in e.touched if idx % m == m - 1})
+        opener = self.open_partition
+
+        def checkpoint(tp: tuple[str, int]) -> None:
+            plog = opener(*tp)
+            plog.refresh()
+            plog.write_checkpoint()
+
+        parallel.pmap(checkpoint, due)
+
+    def truncate(self, grace_ms: int | None = None) -> int:
+        """Delete log entries and checkpoints below the newest checkpoint that is older than the grace period,
+        and intents already decided. Returns how many objects were deleted."""
+        grace = self.log_grace_ms if grace_ms is None else grace_ms
+        infos = [i for i in self.store.list_info(TXN_CHECKPOINT) if parse_seq(i.path.rsplit("/", 1)[-1]) is not None]
+        if not infos:
+            return 0
+        newest = max(i.mtime for i in infos)
+        old = [i for i in infos if (newest - i.mtime) * 1000 >= grace]
+        if not old:
+            return 0
+        keep = max(parse_seq(i.path.rsplit("/", 1)[-1]) or 0 for i in old)
+        doomed = [i.path for i in infos if (parse_seq(i.path.rsplit("/", 1)[-1]) or 0) < keep]
+        for name in self.store.list(TXN_LOG, limit=None):
+            n = parse_seq(name)
+            if n is not None and n <= keep:
+                doomed.append(f"{TXN_LOG}/{name}")
+        with self._lock:
+            st = self.state
+            doomed += [f"{TXN_INTENTS}/{n}" for n in self.store.list(TXN_INTENTS)
+                       if n.endswith(".json") and decided_by_name(n[:-5], st)]
+        self._delete_quietly(doomed)
+        return len(doomed)
+
+
+def write_records(store: Store, entry: LogEntry) -> None:
+    """Write the partition records ``entry`` defines, concurrently. Different bytes already at a record's place
+    mean that partition is damaged: logged (``verify`` reports it), never raised."""
+    recs = list(records_of(entry).values())
+
+    def put(rec: PartitionRecord) -> None:
+        path = marker_path(rec.topic, rec.partition, rec.idx)
+        faults.point("record.before")
+        if not store.put_if_absent(path, rec.to_bytes()):
+            log.error("partition %s/%d is damaged: %s holds other bytes than log entry %d defines", rec.topic,
+                      rec.partition, path, entry.seq)
+        faults.point("record.after")
+
+    parallel.pmap(put, recs)
+
+
+def ensure_records(store: Store, entries: list[LogEntry]) -> int:
+    """Make sure every partition record of ``entries`` exists: one listing per touched partition, then the
+    missing records written. Returns how many were written."""
+    want: dict[tuple[str, int], dict[int, LogEntry]] = {}
+    for e in entries:
+        for topic, p, idx in e.touched:
+            want.setdefault((topic, p), {})[idx] = e
+
+    def check(item: tuple[tuple[str, int], dict[int, LogEntry]]) -> int:
+        (topic, p), by_idx = item
+        first = min(by_idx)
+        after = seq_name(first - 1) if first > 0 else None
+        present = {parse_seq(n) for n in store.list(marker_dir(topic, p), start_after=after)}
+        missing = [e for idx, e in sorted(by_idx.items()) if idx not in present]
+        for e in missing:
+            rec = records_of(e)[(topic, p)]
+            if not store.put_if_absent(marker_path(topic, p, rec.idx), rec.to_bytes()):
+                log.error("partition %s/%d is damaged: record %d holds other bytes than log entry %d defines",
+                          topic, p, rec.idx, e.seq)
+        return len(missing)
+
+    return sum(parallel.pmap(check, list(want.items())))

@@ -2,12 +2,20 @@
 
 On the driver, :func:`make_writer` checks the options and the schema (creating the topic on the first write),
 then initialises the producer: a given ``transactionalId`` is fenced against any older writer with that id; without
-one, each job gets a fresh unique id. Tasks stage segments (:mod:`txnsink.staging`); the driver's ``commit``
-publishes exactly the segments named by the messages it receives with one ``TransactionCoordinator.commit``, so
-retried and speculative attempts never duplicate. ``abort`` deletes what the messages name; a failed job leaves
-nothing visible.
+one, each job gets an ephemeral producer that its own commit or abort removes from the coordinator's state. Tasks
+stage segments (:mod:`txnsink.staging`) under names starting with the job's transaction id; the driver's ``commit``
+publishes exactly the segments named by the messages it receives, so retried and speculative attempts never
+duplicate.
 
-Save modes (PySpark 4.2 Python data sources accept only ``append`` and ``overwrite``; Spark itself refuses
+Idempotent jobs: with ``txnAppId`` and ``txnVersion`` (Delta's options), the commit publishes only if
+``txnVersion`` is above the last version committed for ``txnAppId``; otherwise it publishes nothing and logs that
+it skipped. A job retried after ``CommitStateUnknownError`` or a driver crash after the commit point thus publishes
+once; so does every ``foreachBatch`` micro-batch written with ``txnVersion = batchId``.
+
+``abort`` never deletes what may be committed: it first decides the transaction as aborted through the log (which
+fails if the commit won), and deletes the staged files only then.
+
+Save modes (PySpark 4 Python data sources accept only ``append`` and ``overwrite``; Spark itself refuses
 ``errorifexists`` (the default of ``save()``) and ``ignore`` with ``UNSUPPORTED_DATA_SOURCE_SAVE_MODE`` before the
 writer is created): ``append`` appends one transaction; ``overwrite`` is refused with an ``InvalidOptionError``,
 because a txnlog topic is an append-only log whose offsets are never rewritten.
@@ -15,6 +23,7 @@ because a txnlog topic is an append-only log whose offsets are never rewritten.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
@@ -22,15 +31,13 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from coordinator import (
+    AlreadyCommittedError,
     InvalidOptionError,
     InvalidTxnStateError,
-    OutOfOrderSequenceError,
     ProducerFencedError,
     ProducerIdentity,
-    TopicNotFoundError,
     TransactionCoordinator,
     TxnLogError,
-    new_txn_id,
     open_store,
 )
 from txnsink.plan import WritePlan, plan_write
@@ -42,23 +49,28 @@ if TYPE_CHECKING:
 
 __all__ = ["TxnBatchWriter", "make_writer"]
 
-#: Errors raised by a commit before its commit point: nothing was published, staged files may go.
-NOT_COMMITTED = (ProducerFencedError, InvalidTxnStateError, OutOfOrderSequenceError, TopicNotFoundError)
+log = logging.getLogger(__name__)
 
 
 class TxnBatchWriter(DataSourceArrowWriter):
     """Writes one Spark job as one txnlog transaction. Pickled to the executors; ``repr`` shows no secrets."""
 
-    def __init__(self, plan: WritePlan, ident: ProducerIdentity, txn: str) -> None:
+    def __init__(self, plan: WritePlan, ident: ProducerIdentity, txn: str, ephemeral: bool) -> None:
         self.plan = plan
         self.ident = ident
         self.txn = txn
+        self.ephemeral = ephemeral
 
     def __repr__(self) -> str:
         return (
             f"TxnBatchWriter(store={self.plan.url!r}, topic={self.plan.meta.name!r}, "
             f"transactional_id={self.ident.tid!r}, txn={self.txn!r})"
         )
+
+    def _coordinator(self) -> TransactionCoordinator:
+        coord = TransactionCoordinator(open_store(self.plan.url, self.plan.options.store, probe=False))
+        coord.know_topic(self.plan.meta)
+        return coord
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         """Stage this task's rows as segments (invisible until the driver commits).
@@ -68,35 +80,46 @@ class TxnBatchWriter(DataSourceArrowWriter):
             StoreError: the store failed.
         """
         store = open_store(self.plan.url, self.plan.options.store, probe=False)
-        return stage_batches(store, self.plan.meta, self.plan.options.partition_key, iterator, TaskIds.current())
+        return stage_batches(store, self.plan.meta, self.plan.options.partition_key, iterator, TaskIds.current(),
+                             self.txn)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Publish every segment the messages name, as one transaction (nothing when there are none).
+        """Publish every segment the messages name, as one transaction (with ``txnAppId``/``txnVersion``, only if
+        that version was not committed yet).
 
         Raises:
             ProducerFencedError: a newer writer with the same ``transactionalId`` initialised after this job
-                started; nothing is published and this job's staged files are deleted.
-            CommitStateUnknownError: the outcome could not be learned (staged files are kept).
+                started; nothing is published.
+            CommitStateUnknownError: the outcome could not be learned; the staged files are kept (a retry with the
+                same ``txnAppId``/``txnVersion`` publishes once).
         """
         _msgs, segs = gather(messages)
-        if not segs:
-            return
-        store = open_store(self.plan.url, self.plan.options.store, probe=False)
-        try:
-            TransactionCoordinator(store).commit(self.ident, self.txn, segs)
-        except NOT_COMMITTED:
-            delete_segments(store, segs)
-            raise
+        coord = self._coordinator()
+        opts = self.plan.options
+        app = (opts.txn_app_id, opts.txn_version) if opts.txn_app_id is not None and opts.txn_version is not None \
+            else None
+        result = coord.commit(self.ident, self.txn, segs, app=app, end_producer=self.ephemeral)
+        coord.close_transaction(self.txn)
+        if result.already_committed:
+            log.warning("txnlog write skipped: version %s of txnAppId %r was already committed; nothing published",
+                        opts.txn_version, opts.txn_app_id)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Delete the segments the messages name (best effort) and abort the transaction; nothing is visible."""
+        """Decide the transaction as aborted through the log, then delete the staged files the messages name. If
+        the commit had won (its reply was lost), nothing is deleted; if the outcome cannot be learned, the files
+        are kept for GC."""
         _msgs, segs = gather(messages)
-        store = open_store(self.plan.url, self.plan.options.store, probe=False)
-        delete_segments(store, segs)
+        coord = self._coordinator()
         try:
-            TransactionCoordinator(store).abort(self.ident, self.txn)
+            coord.abort(self.ident, self.txn, reason="Spark job aborted", end_producer=self.ephemeral)
+        except AlreadyCommittedError:
+            return
+        except (ProducerFencedError, InvalidTxnStateError):
+            pass  # can never commit: a newer epoch, or decided as aborted already
         except TxnLogError:
-            pass
+            return  # outcome unknown: keep the files (GC removes them once the transaction is decided)
+        coord.close_transaction(self.txn)
+        delete_segments(coord.store, segs)
 
 
 def make_writer(options: Mapping[str, str], schema: StructType, overwrite: bool) -> TxnBatchWriter:
@@ -112,8 +135,10 @@ def make_writer(options: Mapping[str, str], schema: StructType, overwrite: bool)
             "rewritten; use mode('append')"
         )
     plan, store = plan_write(options, schema)
-    tid = plan.options.transactional_id or f"spark-batch-{uuid.uuid4().hex}"
-    ident = TransactionCoordinator(store).init_producer(tid)
-    return TxnBatchWriter(plan, ident, new_txn_id(ident.pid, ident.epoch))
-
-
+    opts = plan.options
+    ephemeral = opts.transactional_id is None
+    tid = opts.transactional_id or f"spark-batch-{uuid.uuid4().hex}"
+    coord = TransactionCoordinator(store)
+    ident = coord.init_producer(tid, timeout_ms=opts.transaction_timeout_ms, ephemeral=ephemeral)
+    coord.open_transaction(ident, 0)
+    return TxnBatchWriter(plan, ident, ident.txn_id(0), ephemeral)

@@ -16,6 +16,7 @@ from coordinator import InvalidOptionError, StoreOptions, check_name
 __all__ = ["KNOWN_OPTIONS", "SinkOptions", "parse_options"]
 
 MAX_PARTITIONS = 10_000
+DEFAULT_SINK_TIMEOUT_MS = 24 * 3600 * 1000
 
 #: Every option key the writer understands (lower case).
 KNOWN_OPTIONS = frozenset(
@@ -26,6 +27,9 @@ KNOWN_OPTIONS = frozenset(
         "partitionkey",
         "transactionalid",
         "checkpointlocation",
+        "txnappid",
+        "txnversion",
+        "transactiontimeoutms",
     }
 ) | StoreOptions.KEYS
 
@@ -42,6 +46,10 @@ class SinkOptions:
         transactional_id: stable transactional id, or None (batch: a fresh id per job; stream: derived from the
             query id).
         checkpoint_location: the streaming query's checkpoint folder, when Spark passes it.
+        txn_app_id, txn_version: Delta's idempotent-write options (batch writes): publish only if ``txn_version``
+            is above the last version committed for ``txn_app_id``.
+        transaction_timeout_ms: how long a batch job's transaction may stay open before the timeout sweep aborts
+            it (default 24 hours).
         store: object-store access (credentials hidden from ``repr``).
     """
 
@@ -51,6 +59,9 @@ class SinkOptions:
     partition_key: tuple[str, ...] = ()
     transactional_id: str | None = None
     checkpoint_location: str | None = None
+    txn_app_id: str | None = None
+    txn_version: int | None = None
+    transaction_timeout_ms: int = DEFAULT_SINK_TIMEOUT_MS
     store: StoreOptions = field(default_factory=StoreOptions)
 
 
@@ -111,6 +122,20 @@ def parse_options(options: Mapping[str, str]) -> SinkOptions:
         except InvalidOptionError as exc:
             raise InvalidOptionError(f"option transactionalId={tid!r} is invalid: {exc}") from None
     cp = lower.get("checkpointlocation", "").strip() or None
+    app = lower.get("txnappid", "").strip() or None
+    version: int | None = None
+    if app is not None:
+        try:
+            check_name("txnAppId", app)
+        except InvalidOptionError as exc:
+            raise InvalidOptionError(f"option txnAppId={app!r} is invalid: {exc}") from None
+    if "txnversion" in lower:
+        version = _int_option("txnVersion", lower["txnversion"], 0, 2**62)
+    if (app is None) != (version is None):
+        raise InvalidOptionError("options txnAppId and txnVersion go together: give both or neither")
+    timeout = DEFAULT_SINK_TIMEOUT_MS
+    if "transactiontimeoutms" in lower:
+        timeout = _int_option("transactionTimeoutMs", lower["transactiontimeoutms"], 1, 2**62)
     return SinkOptions(
         root=root,
         topic=topic,
@@ -118,5 +143,8 @@ def parse_options(options: Mapping[str, str]) -> SinkOptions:
         partition_key=key,
         transactional_id=tid,
         checkpoint_location=cp,
+        txn_app_id=app,
+        txn_version=version,
+        transaction_timeout_ms=timeout,
         store=StoreOptions.from_options(lower),
     )

@@ -16,6 +16,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 
 from coordinator import SegmentRef, Store, TopicMeta, conform, hash_partition, stage_segment
+from coordinator.layout import segment_name
 
 __all__ = ["SEGMENT_TARGET_BYTES", "SinkMessage", "TaskIds", "delete_segments", "gather", "stage_batches"]
 
@@ -25,13 +26,13 @@ SEGMENT_TARGET_BYTES = 64 * 1024 * 1024
 
 @dataclass(frozen=True)
 class TaskIds:
-    """Who staged a segment: the Spark task's ids and, in a streaming query, the run id and batch id Spark
-    sets as local properties of the micro-batch's jobs (``spark.jobGroup.id`` is the query's run id)."""
+    """Who staged a segment: the Spark task's ids and, in a streaming query, the query id and batch id Spark sets
+    as local properties of the micro-batch's jobs (``sql.streaming.queryId``, ``streaming.sql.batchId``)."""
 
     partition: int
     attempt: int
     task_attempt: int
-    run_id: str | None = None
+    query_id: str | None = None
     batch_id: int | None = None
 
     @classmethod
@@ -42,24 +43,25 @@ class TaskIds:
         tc = TaskContext.get()
         if tc is None:
             return cls(0, 0, uuid.uuid4().int % (1 << 31))
-        run = tc.getLocalProperty("spark.jobGroup.id") or None
+        query = tc.getLocalProperty("sql.streaming.queryId") or None
         batch = tc.getLocalProperty("streaming.sql.batchId")
         return cls(
             tc.partitionId(),
             tc.attemptNumber(),
             tc.taskAttemptId(),
-            run,
+            query,
             int(batch) if batch is not None and batch.isdigit() else None,
         )
 
 
 @dataclass(frozen=True)
 class SinkMessage(WriterCommitMessage):
-    """A task's commit message: the segments it staged (no credentials, no data)."""
+    """A task's commit message: the segments it staged under transaction ``txn`` (no credentials, no data)."""
 
     segments: tuple[SegmentRef, ...]
     task: TaskIds
     rows: int
+    txn: str = ""
 
 
 def gather(messages: Iterable[object | None]) -> tuple[list[SinkMessage], list[SegmentRef]]:
@@ -130,11 +132,13 @@ def stage_batches(
     key: Sequence[str],
     batches: Iterator[pa.RecordBatch],
     ids: TaskIds,
+    txn: str,
     *,
     target_bytes: int = SEGMENT_TARGET_BYTES,
 ) -> SinkMessage:
     """Conform each batch to the topic's schema, split it over the partitions (by the hash of ``key``, or
-    evenly) and stage a segment per partition whenever its buffer reaches ``target_bytes``, and at the end.
+    evenly) and stage a segment per partition whenever its buffer reaches ``target_bytes``, and at the end. File
+    names start with the transaction id ``txn`` (so GC can tell from a name whether a commit may still name it).
 
     If anything fails, the segments this call staged are deleted (best effort) before the error propagates.
 
@@ -148,7 +152,7 @@ def stage_batches(
     rows = 0
     rr = ids.partition % meta.partitions
     tag = uuid.uuid4().hex[:16]
-    prefix = f"spark-{ids.partition:05d}-{ids.attempt}-{ids.task_attempt}-{tag}"
+    prefix = segment_name(txn, f"spark-{ids.partition:05d}-{ids.attempt}-{ids.task_attempt}-{tag}")
 
     def flush(p: int) -> None:
         tables = buffers.pop(p, [])
@@ -178,4 +182,4 @@ def stage_batches(
     except BaseException:
         delete_segments(store, staged)
         raise
-    return SinkMessage(tuple(staged), ids, rows)
+    return SinkMessage(tuple(staged), ids, rows, txn)

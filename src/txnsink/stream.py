@@ -1,46 +1,50 @@
 """The streaming writer: ``df.writeStream.format("txnlog")``, exactly once. Each micro-batch is one transaction.
 
-What Spark 4.2 does (measured, see the tests): the driver calls ``DataSource.streamWriter()`` in a Python worker
-once per micro-batch to build the writer shipped to the tasks, and again, in a fresh worker, to run
-``commit(messages, batchId)``; nothing survives between those calls but the store. The checkpoint's ``metadata``
-file (``{"id": <query id>}``) is written when the query starts, before the first ``streamWriter()`` call, also
-for a fresh checkpoint; the ``checkpointLocation`` option reaches the sink. Tasks see the query's run id as the
-``spark.jobGroup.id`` local property and the batch id as ``streaming.sql.batchId``.
+Exactly once by a monotone batch version (Delta's ``SetTransaction(appId, version)``), not by fencing: the commit of
+micro-batch ``batchId`` is an application commit ``(app = <transactionalId or "spark">.<query id>, version =
+batchId)``, applied only if ``batchId`` is above the last version committed for that app. A batch Spark replays
+after a crash between our commit and its own checkpoint write, or a zombie driver's late commit of a batch the live
+query already committed, is a no-op, never an error; no run records and no epochs are involved, so a zombie can
+never stop the live query.
 
-So:
+Why two runs always mean the same rows by batch ``N``: Spark writes batch ``N``'s offsets to its offset log before
+it runs the batch, and every later run on the same checkpoint re-runs batch ``N`` from those offsets; with a
+replayable source (txnlog, Kafka, files) that is the same data. With a source that is not replayable a replay may
+differ; the version rule still publishes exactly one attempt of each batch id, never two.
 
-* **Idempotency.** The commit carries ``app_key = "<query id>/<batchId>"``; the coordinator refuses to commit a
-  key twice for the same transactional id, so a batch Spark replays after a crash (same batchId, same data)
-  publishes nothing the second time, and its freshly staged files are deleted.
-* **Fencing.** ``transactionalId`` defaults to ``spark-query-<query id>``. The first commit of each *run* of the
-  query (the run id comes in the tasks' messages) calls ``init_producer``, bumping the epoch, and records the
-  run's (pid, epoch) in the store at ``_sink/<transactional id>/runs/<run id>.json``; later commits of that run
-  use the recorded identity. A restarted query (a new run) therefore fences every older run: a zombie driver
-  still running the old run gets ``ProducerFencedError`` at its next commit and publishes nothing.
-* ``outputMode("complete")`` (Spark's ``overwrite``) is refused: a topic is an append-only log.
+What Spark 4 does (measured, see the tests): the driver calls ``DataSource.streamWriter()`` once per micro-batch
+to build the writer shipped to the tasks, and again, in a fresh Python worker, to run ``commit(messages,
+batchId)``; nothing survives between those calls but the store and the commit messages. Tasks see the query id
+and the batch id as the local properties ``sql.streaming.queryId`` and ``streaming.sql.batchId`` and put them in
+their messages, so the query id comes from Spark itself, whatever file system holds the checkpoint. Every attempt
+gets a random token; staged file names start with ``a.<app>.<batchId>.<token>``. ``abort`` decides its attempt
+as aborted through the log before deleting anything.
+
+``outputMode("complete")`` (Spark's ``overwrite``) is refused: a topic is an append-only log.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import re
-import time
+import uuid
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from coordinator import (
-    CorruptLogError,
     InvalidOptionError,
-    ProducerIdentity,
+    InvalidTxnStateError,
     Store,
     StoreOptions,
     TransactionCoordinator,
-    new_txn_id,
+    TxnLogError,
+    app_txn_id,
     open_store,
 )
-from txnsink.batch import NOT_COMMITTED
 from txnsink.plan import WritePlan, plan_write
 from txnsink.staging import TaskIds, delete_segments, gather, stage_batches
 
@@ -48,14 +52,11 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
-__all__ = ["TxnStreamWriter", "make_stream_writer", "read_query_id", "run_record_path"]
+__all__ = ["TxnStreamWriter", "make_stream_writer", "read_query_id"]
 
-_RUN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+log = logging.getLogger(__name__)
 
-
-def run_record_path(tid: str, run_id: str) -> str:
-    """Where the identity of one run of a streaming query is recorded in the store."""
-    return f"_sink/{tid}/runs/{run_id}.json"
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 def _open_text(location: str, store_opts: StoreOptions) -> str:
@@ -84,54 +85,38 @@ def _open_text(location: str, store_opts: StoreOptions) -> str:
         return str(fh.read())
 
 
-def read_query_id(checkpoint: str | None, store_opts: StoreOptions | None = None) -> str:
-    """The streaming query id Spark keeps in ``<checkpoint>/metadata``.
-
-    Raises:
-        InvalidOptionError: no ``checkpointLocation`` option, or its ``metadata`` file is missing or unreadable.
-    """
+def read_query_id(checkpoint: str | None, store_opts: StoreOptions | None = None) -> str | None:
+    """The streaming query id Spark keeps in ``<checkpoint>/metadata``, when that file can be read (a fallback:
+    tasks normally report the query id Spark gives them). None when it cannot."""
     if not checkpoint:
-        raise InvalidOptionError(
-            "writeStream to txnlog needs option checkpointLocation (set it with .option('checkpointLocation', ...); "
-            "the spark.sql.streaming.checkpointLocation conf does not reach the sink): exactly-once publishing is "
-            "keyed on the query id Spark keeps there"
-        )
+        return None
     where = checkpoint.rstrip("/") + "/metadata"
     try:
-        text = _open_text(where, store_opts or StoreOptions())
-    except FileNotFoundError:
-        raise InvalidOptionError(f"option checkpointLocation={checkpoint!r}: {where} does not exist") from None
-    except OSError as exc:
-        raise InvalidOptionError(f"option checkpointLocation={checkpoint!r}: cannot read {where}: {exc}") from exc
-    try:
-        qid = json.loads(text.splitlines()[0])["id"]
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
-        raise InvalidOptionError(
-            f"option checkpointLocation={checkpoint!r}: {where} holds no query id ({exc!r})"
-        ) from None
-    if not isinstance(qid, str) or not _RUN_RE.match(qid):
-        raise InvalidOptionError(f"option checkpointLocation={checkpoint!r}: {where} has a bad query id {qid!r}")
-    return qid
+        qid = json.loads(_open_text(where, store_opts or StoreOptions()).splitlines()[0])["id"]
+    except (OSError, ValueError, KeyError, IndexError, TypeError, ImportError):
+        return None
+    return qid if isinstance(qid, str) and _ID_RE.match(qid) else None
 
 
 class TxnStreamWriter(DataSourceStreamArrowWriter):
     """Writes each micro-batch as one txnlog transaction, exactly once. Pickled to the executors; ``repr`` shows
-    no secrets; holds no state that must survive between calls."""
+    no secrets; holds no state that must survive between calls (``token`` names this writer's attempt)."""
 
-    def __init__(self, plan: WritePlan, query_id: str, tid: str) -> None:
+    def __init__(self, plan: WritePlan, query_id: str | None, prefix: str) -> None:
         self.plan = plan
         self.query_id = query_id
-        self.tid = tid
+        self.prefix = prefix
+        self.token = uuid.uuid4().hex[:16]
 
     def __repr__(self) -> str:
         return (
             f"TxnStreamWriter(store={self.plan.url!r}, topic={self.plan.meta.name!r}, query_id={self.query_id!r}, "
-            f"transactional_id={self.tid!r})"
+            f"app_prefix={self.prefix!r})"
         )
 
-    def app_key(self, batch_id: int) -> str:
-        """The idempotency key of micro-batch ``batch_id`` of this query."""
-        return f"{self.query_id}/{batch_id}"
+    def app_id(self, query_id: str) -> str:
+        """The application id this query's micro-batches commit as."""
+        return f"{self.prefix}.{query_id}"
 
     def _store(self) -> Store:
         return open_store(self.plan.url, self.plan.options.store, probe=False)
@@ -140,6 +125,7 @@ class TxnStreamWriter(DataSourceStreamArrowWriter):
         """Stage this task's rows as segments (invisible until the driver commits the micro-batch).
 
         Raises:
+            InvalidOptionError: Spark gave the task no query id or batch id, and the checkpoint gave none either.
             SchemaMismatchError: the rows do not fit the topic.
             StoreError: the store failed.
         """
@@ -147,74 +133,76 @@ class TxnStreamWriter(DataSourceStreamArrowWriter):
 
     def stage(self, batches: Iterator[pa.RecordBatch], ids: TaskIds) -> WriterCommitMessage:
         """What ``write`` does, with the task's ids given (so the commit protocol can be driven directly)."""
-        return stage_batches(self._store(), self.plan.meta, self.plan.options.partition_key, batches, ids)
+        query = ids.query_id or self.query_id
+        batch = ids.batch_id
+        if query is None or not _ID_RE.match(query) or batch is None:
+            raise InvalidOptionError(
+                "the txnlog stream sink needs the streaming query id and batch id, which Spark sets on the tasks of "
+                "a micro-batch (sql.streaming.queryId, streaming.sql.batchId); this task has none"
+            )
+        ids = dataclasses.replace(ids, query_id=query)
+        txn = app_txn_id(self.app_id(query), batch, self.token)
+        return stage_batches(self._store(), self.plan.meta, self.plan.options.partition_key, batches, ids, txn)
 
-    def run_identity(self, coord: TransactionCoordinator, run_id: str | None) -> ProducerIdentity:
-        """The producer identity of run ``run_id``: the recorded one, or a new epoch (fencing every older run)
-        recorded now. Without a run id, a new epoch every call.
-
-        Raises:
-            CorruptLogError: the run record cannot be decoded.
-        """
-        if run_id is None or not _RUN_RE.match(run_id):
-            return coord.init_producer(self.tid)
-        path = run_record_path(self.tid, run_id)
-        store = coord.store
-        try:
-            return _decode_run(store.get(path), path)
-        except FileNotFoundError:
-            pass
-        ident = coord.init_producer(self.tid)
-        rec = {"v": 1, "tid": ident.tid, "pid": ident.pid, "epoch": ident.epoch, "run": run_id,
-               "query": self.query_id, "ts": int(time.time() * 1000)}
-        if store.put_if_absent(path, json.dumps(rec, sort_keys=True).encode()):
-            return ident
-        return _decode_run(store.get(path), path)
+    def _attempt(self, messages: list[WriterCommitMessage | None], batch_id: int) -> tuple[str, str] | None:
+        """(app id, token) of the attempt the messages belong to; None when there are none."""
+        msgs, _segs = gather(messages)
+        if not msgs:
+            return None
+        queries = {m.task.query_id for m in msgs}
+        tokens = {m.txn.rsplit(".", 1)[-1] for m in msgs}
+        if len(queries) != 1 or len(tokens) != 1 or None in queries:
+            raise InvalidTxnStateError(
+                f"micro-batch {batch_id}: commit messages of several queries or attempts ({sorted(map(str, queries))})"
+            )
+        return self.app_id(str(queries.pop())), tokens.pop()
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        """Publish the micro-batch's segments as one transaction keyed ``<query id>/<batchId>``; a replayed
-        batch publishes nothing and its staged files are deleted.
+        """Publish the micro-batch's segments as version ``batchId`` of the query's app; a replayed or zombie
+        batch (the version is already committed) publishes nothing and succeeds.
 
         Raises:
-            ProducerFencedError: a newer run of this query (or another writer with this transactional id) took
-                over; nothing is published and the staged files are deleted.
-            CommitStateUnknownError: the outcome could not be learned (staged files are kept).
+            InvalidTxnStateError: this attempt was reaped by GC (its files were abandoned too long); Spark replays
+                the batch.
+            CommitStateUnknownError: the outcome could not be learned (nothing is deleted).
         """
-        msgs, segs = gather(messages)
-        if not segs:
+        _msgs, segs = gather(messages)
+        attempt = self._attempt(messages, batchId)
+        if attempt is None or not segs:
             return
-        runs = {m.task.run_id for m in msgs}
-        run_id = runs.pop() if len(runs) == 1 else None
-        store = self._store()
-        coord = TransactionCoordinator(store)
-        try:
-            ident = self.run_identity(coord, run_id)
-            result = coord.commit(ident, new_txn_id(ident.pid, ident.epoch), segs, app_key=self.app_key(batchId))
-        except NOT_COMMITTED:
-            delete_segments(store, segs)
-            raise
+        app, token = attempt
+        coord = TransactionCoordinator(self._store())
+        coord.know_topic(self.plan.meta)
+        result = coord.commit_app(app, batchId, token, segs)
         if result.already_committed:
-            delete_segments(store, segs)
+            log.info("micro-batch %d of %s was already committed (a replay or a zombie): nothing published",
+                     batchId, app)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        """Delete the segments the messages name (best effort); nothing of the micro-batch is visible."""
+        """Decide this attempt as aborted through the log, then delete its staged files; if the version was
+        committed (by this attempt or another), or the outcome cannot be learned, nothing is deleted."""
         _msgs, segs = gather(messages)
-        delete_segments(self._store(), segs)
-
-
-def _decode_run(data: bytes, path: str) -> ProducerIdentity:
-    try:
-        d = json.loads(data)
-        return ProducerIdentity(str(d["tid"]), int(d["pid"]), int(d["epoch"]))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CorruptLogError(f"run record {path} is corrupt: {exc}") from exc
+        try:
+            attempt = self._attempt(messages, batchId)
+        except InvalidTxnStateError:
+            return
+        if attempt is None or not segs:
+            return
+        app, token = attempt
+        store = self._store()
+        try:
+            aborted = TransactionCoordinator(store).abort_app(app, batchId, token, reason="Spark batch aborted")
+        except TxnLogError:
+            return
+        if aborted:
+            delete_segments(store, segs)
 
 
 def make_stream_writer(options: Mapping[str, str], schema: StructType, overwrite: bool) -> TxnStreamWriter:
     """The streaming writer for ``df.writeStream.format("txnlog")`` (called on the driver for every micro-batch).
 
     Raises:
-        InvalidOptionError: ``outputMode("complete")``, a bad option, or no readable ``checkpointLocation``.
+        InvalidOptionError: ``outputMode("complete")``, a bad option, or ``txnAppId``/``txnVersion``.
         SchemaMismatchError: the DataFrame does not fit the existing topic.
     """
     if overwrite:
@@ -223,6 +211,10 @@ def make_stream_writer(options: Mapping[str, str], schema: StructType, overwrite
             "'append' (or 'update', which appends each micro-batch's updated rows)"
         )
     plan, _store = plan_write(options, schema)
+    if plan.options.txn_app_id is not None:
+        raise InvalidOptionError(
+            "options txnAppId/txnVersion are for batch writes (and foreachBatch); a streaming write is already "
+            "exactly once, keyed on its query id and batch id"
+        )
     query_id = read_query_id(plan.options.checkpoint_location, plan.options.store)
-    tid = plan.options.transactional_id or f"spark-query-{query_id}"
-    return TxnStreamWriter(plan, query_id, tid)
+    return TxnStreamWriter(plan, query_id, plan.options.transactional_id or "spark")

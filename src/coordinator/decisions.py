@@ -1,0 +1,438 @@
+"""Requests to the transaction log, and how an entry's builder decides them.
+
+A request is what a process wants decided: commit or abort a transaction, register a producer, expire one,
+compact or retain a partition. Whoever builds the next log entry decides requests against the state at that entry,
+in order, through :func:`decide`: a valid request becomes an item (a commit assigns its offsets there), an invalid
+one a :class:`~coordinator.records.RejectItem` naming why, and a request that was already decided nothing at all.
+Rejections are final (epochs, transaction numbers and app versions only grow), so a request decided again later
+gets the same answer.
+
+Commit, abort and init requests can wait as *intents* (``_txn/intents/<id>.json``) for another process's entry to
+decide them (group commit). Their ids tell from the name alone whether the state has decided them already
+(:func:`decided_by_name`), so a leftover intent is never read again.
+
+:func:`outcome` tells a requester what became of its request, from the items it saw or from the state.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from coordinator.errors import CorruptLogError
+from coordinator.records import (
+    ABORT_PATH,
+    COMMIT_PATH,
+    AbortItem,
+    CommitItem,
+    ExpireItem,
+    InitItem,
+    Item,
+    MarkerSegment,
+    Offsets,
+    PartAssign,
+    RejectItem,
+    ReplaceItem,
+    RetainItem,
+    SegmentRef,
+    TxnState,
+    app_txn_id,
+    check_format,
+    decode_json,
+    encode_json,
+    parse_txn_id,
+    producer_txn_id,
+    walk,
+)
+from coordinator.records import FORMAT_VERSION as _V
+from coordinator.state import CoordinatorState, PartitionMeta
+
+INTENT_KINDS = ("commit", "abort", "init")
+#: A compaction must be published within this long of writing its merged file (see ReplaceItem.staged_at).
+MAX_PUBLISH_MS = 3600 * 1000
+
+
+@dataclass(frozen=True)
+class Request:
+    """Something to decide; ``id`` is unique per request and names its intent file."""
+
+    id: str
+
+    kind = ""
+
+    def to_json(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class TxnRequest(Request):
+    """Commit (``abort=False``) or abort one transaction: a producer's number ``n`` at ``epoch`` (``tid`` set), an
+    application attempt ``(app, version, token)`` (``app`` set), or both (a Spark batch job with ``txnAppId``)."""
+
+    txn: str = ""
+    abort: bool = False
+    tid: str | None = None
+    pid: int = -1
+    epoch: int = -1
+    n: int = -1
+    app: str | None = None
+    version: int = -1
+    token: str | None = None
+    segments: tuple[SegmentRef, ...] = ()
+    offsets: Offsets = field(default_factory=dict)
+    end_producer: bool = False
+    fence: bool = False
+    reason: str = ""
+
+    @property
+    def kind(self) -> str:  # type: ignore[override]
+        return "abort" if self.abort else "commit"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"v": _V, "kind": self.kind, "id": self.id, "txn": self.txn, "tid": self.tid, "pid": self.pid,
+                "epoch": self.epoch, "n": self.n, "app": self.app, "version": self.version, "token": self.token,
+                "segments": [s.to_json() for s in self.segments], "offsets": self.offsets,
+                "end_producer": self.end_producer, "fence": self.fence, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class InitRequest(Request):
+    """Give ``tid`` a new epoch (a new producer id if it has none), provided its current ``(pid, epoch)`` is still
+    ``prev`` (None: unknown to the requester, which then accepts whatever is current)."""
+
+    tid: str = ""
+    prev: tuple[int, int] | None = None
+    timeout_ms: int = 60_000
+    ephemeral: bool = False
+    kind = "init"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"v": _V, "kind": "init", "id": self.id, "tid": self.tid,
+                "prev": None if self.prev is None else list(self.prev), "timeout_ms": self.timeout_ms,
+                "ephemeral": self.ephemeral}
+
+
+@dataclass(frozen=True)
+class ExpireRequest(Request):
+    """Forget ``tid`` if it is still producer ``pid`` at ``epoch`` with last activity ``last_ts``."""
+
+    tid: str = ""
+    pid: int = -1
+    epoch: int = -1
+    last_ts: int = 0
+    reason: str = ""
+    kind = "expire"
+
+
+@dataclass(frozen=True)
+class LayoutRequest(Request):
+    """Compaction (``item`` a ReplaceItem planned against its layout) or retention (a RetainItem)."""
+
+    item: ReplaceItem | RetainItem | None = None
+    kind = "layout"
+
+
+def commit_request(**kw: Any) -> TxnRequest:
+    return TxnRequest(id="c-" + kw["txn"], **kw)
+
+
+def abort_request(**kw: Any) -> TxnRequest:
+    return TxnRequest(id="x-" + kw["txn"], abort=True, **kw)
+
+
+def init_request(tid: str, prev: tuple[int, int] | None, timeout_ms: int, ephemeral: bool) -> InitRequest:
+    return InitRequest(id=f"i-{uuid.uuid4().hex}", tid=tid, prev=prev, timeout_ms=timeout_ms, ephemeral=ephemeral)
+
+
+def request_from_bytes(data: bytes, where: str) -> Request:
+    """Decode an intent.
+
+    Raises:
+        CorruptLogError: naming ``where``.
+    """
+    d = decode_json(data, where, "intent")
+    check_format(d, where)
+    try:
+        kind = d["kind"]
+        if kind in ("commit", "abort"):
+            return TxnRequest(
+                id=str(d["id"]), txn=str(d["txn"]), abort=kind == "abort", tid=d.get("tid"), pid=int(d["pid"]),
+                epoch=int(d["epoch"]), n=int(d["n"]), app=d.get("app"), version=int(d["version"]),
+                token=d.get("token"), segments=tuple(SegmentRef.from_json(s) for s in d["segments"]),
+                offsets={g: {t: {p: int(o) for p, o in ps.items()} for t, ps in ts.items()}
+                         for g, ts in d["offsets"].items()},
+                end_producer=bool(d["end_producer"]), fence=bool(d["fence"]), reason=str(d["reason"]))
+        if kind == "init":
+            prev = d.get("prev")
+            return InitRequest(id=str(d["id"]), tid=str(d["tid"]),
+                               prev=None if prev is None else (int(prev[0]), int(prev[1])),
+                               timeout_ms=int(d["timeout_ms"]), ephemeral=bool(d["ephemeral"]))
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise CorruptLogError(f"intent {where} is corrupt: {exc!r}") from exc
+    raise CorruptLogError(f"intent {where} has unknown kind {d.get('kind')!r}")
+
+
+def request_bytes(req: Request) -> bytes:
+    return encode_json(req.to_json())
+
+
+def decided_by_name(name: str, st: CoordinatorState) -> bool:
+    """Whether the state already decided the request named ``name`` (an intent id), from the name alone; False
+    when the name does not say (init requests, unknown names)."""
+    if name[:2] not in ("c-", "x-"):
+        return False
+    ref = parse_txn_id(name[2:])
+    if ref is None:
+        return False
+    if ref.kind == "p":
+        meta = st.producer_by_pid(ref.pid)
+        if meta is None:
+            return ref.pid < st.next_pid
+        return meta.epoch > ref.epoch or (meta.epoch == ref.epoch and ref.n <= meta.last_txn)
+    am = st.apps.get(ref.app)
+    return am is not None and (ref.version <= am.version or (ref.version, ref.token) in am.reaped)
+
+
+# -- deciding ---------------------------------------------------------------------------------------------------
+
+
+def _reject(req: Request, txn: str, code: str, reason: str) -> RejectItem:
+    return RejectItem(req.id, txn=txn, code=code, reason=reason)
+
+
+def decide(req: Request, st: CoordinatorState, ts: int) -> Item | None:
+    """Decide ``req`` against ``st`` (which the caller then advances with the item). None: already decided."""
+    if isinstance(req, TxnRequest):
+        return _decide_txn(req, st)
+    if isinstance(req, InitRequest):
+        return _decide_init(req, st)
+    if isinstance(req, ExpireRequest):
+        meta = st.producers.get(req.tid)
+        if meta is None or meta.pid != req.pid or meta.epoch != req.epoch or meta.last_ts != req.last_ts:
+            return None
+        return ExpireItem(req.id, tid=req.tid, pid=req.pid, reason=req.reason)
+    if isinstance(req, LayoutRequest) and req.item is not None:
+        return _decide_layout(req, st, ts)
+    raise TypeError(f"cannot decide {type(req).__name__}")
+
+
+def _decide_init(req: InitRequest, st: CoordinatorState) -> Item | None:
+    meta = st.producers.get(req.tid)
+    if meta is not None and meta.init_request == req.id:
+        return None
+    cur = None if meta is None else (meta.pid, meta.epoch)
+    if req.prev is not None and req.prev != cur:
+        return _reject(req, "", "stale", f"transactional id {req.tid!r} moved on from {req.prev} to {cur}")
+    try:
+        walk(TxnState.DEAD if meta is None else meta.state, (TxnState.EMPTY,))
+    except ValueError as exc:
+        return _reject(req, "", "state", f"transactional id {req.tid!r}: {exc}")
+    pid = st.next_pid if meta is None else meta.pid
+    epoch = 0 if meta is None else meta.epoch + 1
+    return InitItem(req.id, tid=req.tid, pid=pid, epoch=epoch, timeout_ms=req.timeout_ms, ephemeral=req.ephemeral)
+
+
+def _decide_txn(req: TxnRequest, st: CoordinatorState) -> Item | None:
+    kept = req.segments
+    seqs: dict[str, int] = {}
+    if req.tid is not None:
+        meta = st.producers.get(req.tid)
+        if meta is None or meta.pid != req.pid or meta.epoch != req.epoch:
+            if req.fence:
+                return None  # the producer moved on by itself
+            now = "unknown (expired)" if meta is None else f"pid {meta.pid} epoch {meta.epoch}"
+            return _reject(req, req.txn, "fenced",
+                           f"producer for transactional id {req.tid!r} with pid {req.pid} epoch {req.epoch} is "
+                           f"fenced: the current producer is {now}")
+        if req.n <= meta.last_txn:
+            return None
+        if req.n != meta.last_txn + 1:
+            return _reject(req, req.txn, "state", f"transaction {req.txn} of {req.tid!r} skips transaction "
+                                                  f"{meta.last_txn + 1}")
+        try:
+            walk(meta.state, ABORT_PATH if req.abort else COMMIT_PATH)
+        except ValueError as exc:
+            return _reject(req, req.txn, "state", f"transactional id {req.tid!r}: {exc}")
+        if not req.abort:
+            checked = _check_sequences(st, req)
+            if isinstance(checked, str):
+                return _reject(req, req.txn, "sequence", checked)
+            kept, seqs = checked
+    if req.app is not None:
+        am = st.apps.get(req.app)
+        if am is not None and req.version <= am.version:
+            if req.tid is None:
+                return None
+            return AbortItem(req.id, txn=req.txn, tid=req.tid, pid=req.pid, epoch=req.epoch, n=req.n,
+                             reason=f"version {req.version} of {req.app!r} was already committed",
+                             end_producer=req.end_producer, skipped=True)
+        if am is not None and (req.version, req.token) in am.reaped and req.tid is None:
+            return None if req.abort else _reject(
+                req, req.txn, "reaped", f"attempt {req.token} of {req.app!r} version {req.version} was "
+                                        "aborted (reaped by GC after the grace period); replay the batch")
+    if req.abort:
+        return AbortItem(req.id, txn=req.txn, tid=req.tid, pid=req.pid, epoch=req.epoch, n=req.n, app=req.app,
+                         version=req.version, token=req.token, reason=req.reason, fence=req.fence,
+                         end_producer=req.end_producer)
+    parts = _assign(st, kept)
+    return CommitItem(req.id, txn=req.txn, tid=req.tid, pid=req.pid, epoch=req.epoch, n=req.n, app=req.app,
+                      version=req.version, token=req.token, parts=parts, offsets=req.offsets, seqs=seqs,
+                      end_producer=req.end_producer)
+
+
+def _check_sequences(st: CoordinatorState, req: TxnRequest) -> tuple[tuple[SegmentRef, ...], dict[str, int]] | str:
+    """Drop segments whose sequence number is already committed; a gap is Kafka's OutOfOrderSequence."""
+    assert req.tid is not None
+    kept: list[SegmentRef] = []
+    nxt: dict[str, int] = {}
+    for s in req.segments:
+        if s.seq is None:
+            kept.append(s)
+            continue
+        key = f"{s.topic}|{s.partition}"
+        want = nxt.get(key, st.last_sequence(req.tid, s.topic, s.partition) + 1)
+        if s.seq < want:
+            continue
+        if s.seq > want:
+            return (f"producer {req.tid!r} skipped sequence numbers in {s.topic}/{s.partition}: expected {want}, "
+                    f"got {s.seq}")
+        nxt[key] = want + 1
+        kept.append(s)
+    return tuple(kept), {k: v - 1 for k, v in nxt.items()}
+
+
+def _assign(st: CoordinatorState, segs: tuple[SegmentRef, ...]) -> tuple[PartAssign, ...]:
+    """Offsets for each touched partition, from its end at ``st``; partitions in sorted order, segments in the
+    order given."""
+    by_part: dict[tuple[str, int], list[MarkerSegment]] = {}
+    for s in segs:
+        by_part.setdefault((s.topic, s.partition), []).append(MarkerSegment(s.path, s.rows, s.size, s.crc32))
+    return tuple(PartAssign(t, p, st.partition(t, p).end, tuple(ms)) for (t, p), ms in sorted(by_part.items()))
+
+
+def _decide_layout(req: LayoutRequest, st: CoordinatorState, ts: int) -> Item | None:
+    item = req.item
+    assert item is not None
+    pm: PartitionMeta = st.partition(item.topic, item.partition)
+    if isinstance(item, RetainItem):
+        if item.start <= pm.start or item.start > pm.end:
+            return None
+        return replace(item, request=req.id)
+    if ts - item.staged_at > MAX_PUBLISH_MS:
+        return _reject(req, "", "layout", f"compaction of {item.topic}/{item.partition} was published too late")
+    if item.layout != pm.layout:
+        return _reject(req, "", "layout", f"{item.topic}/{item.partition} changed since the compaction was planned")
+    if item.base < pm.start or item.end > pm.end or item.base >= item.end:
+        return _reject(req, "", "layout", f"compaction range [{item.base}, {item.end}) of {item.topic}/"
+                                          f"{item.partition} is outside [{pm.start}, {pm.end})")
+    return replace(item, request=req.id)
+
+
+# -- outcomes ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of a request.
+
+    ``status``: ``committed``, ``already_committed`` (an app version committed by another attempt, or a Spark
+    batch job's version that was already committed), ``aborted``, ``rejected`` (``code`` says why), ``done``
+    (init / expire / layout applied), or ``unknown`` (decided, but the decision is no longer in view).
+    ``item`` and ``seq`` are the deciding item and entry when this process saw them.
+    """
+
+    status: str
+    item: Item | None = None
+    seq: int = -1
+    code: str = ""
+    reason: str = ""
+
+
+def outcome_of_item(item: Item, seq: int) -> Outcome:
+    if isinstance(item, CommitItem):
+        return Outcome("committed", item, seq)
+    if isinstance(item, AbortItem):
+        if item.skipped:
+            return Outcome("already_committed", item, seq, reason=item.reason)
+        return Outcome("aborted", item, seq, reason=item.reason)
+    if isinstance(item, RejectItem):
+        return Outcome("rejected", item, seq, code=item.code, reason=item.reason)
+    return Outcome("done", item, seq)
+
+
+def fenced(req: Request, st: CoordinatorState) -> Outcome | None:
+    """A producer's request made by an epoch that is no longer current is answered ``ProducerFencedError`` (G3),
+    whatever was decided before the fence: a zombie learns it is a zombie. Requests that fence on purpose (the
+    timeout sweep, an operator) are not answered this way. An ephemeral producer removed by its own commit or abort
+    is not fenced: its outcome is then unknown to a process that did not see the deciding entry."""
+    if not isinstance(req, TxnRequest) or req.tid is None or req.fence:
+        return None
+    meta = st.producers.get(req.tid)
+    if meta is not None and meta.pid == req.pid and meta.epoch == req.epoch:
+        return None
+    if meta is None and req.end_producer:
+        return None
+    if meta is not None and meta.pid == req.pid and meta.epoch < req.epoch:
+        return None
+    now = "unknown (expired)" if meta is None else f"pid {meta.pid} epoch {meta.epoch}"
+    return Outcome("rejected", code="fenced",
+                   reason=f"producer for transactional id {req.tid!r} with pid {req.pid} epoch {req.epoch} is "
+                          f"fenced: the current producer is {now}")
+
+
+def outcome(req: Request, st: CoordinatorState) -> Outcome | None:
+    """The outcome of ``req`` as far as the state alone tells (None: not decided yet). Callers first look for the
+    deciding item among the entries they read; this is the fallback when those are out of view."""
+    if isinstance(req, InitRequest):
+        meta = st.producers.get(req.tid)
+        return Outcome("done") if meta is not None and meta.init_request == req.id else None
+    if not isinstance(req, TxnRequest):
+        return None
+    if req.tid is not None:
+        meta = st.producers.get(req.tid)
+        if meta is None or meta.pid != req.pid:
+            if req.pid < st.next_pid:
+                if req.end_producer:
+                    return Outcome("unknown", reason=f"producer {req.tid!r} pid {req.pid} is gone")
+                return Outcome("rejected", code="fenced",
+                               reason=f"producer for transactional id {req.tid!r} with pid {req.pid} epoch "
+                                      f"{req.epoch} is fenced: the current producer is unknown (expired)")
+            return None
+        if meta.epoch != req.epoch:
+            if meta.epoch > req.epoch:
+                return Outcome("rejected", code="fenced",
+                               reason=f"producer for transactional id {req.tid!r} with pid {req.pid} epoch "
+                                      f"{req.epoch} is fenced: the current producer is pid {meta.pid} epoch "
+                                      f"{meta.epoch}")
+            return None
+        if req.n > meta.last_txn:
+            return None
+        if req.n < meta.last_txn or meta.last_outcome is None:
+            return Outcome("unknown", reason=f"transaction {req.txn} was decided earlier")
+        status = {"committed": "committed", "skipped": "already_committed"}.get(meta.last_outcome, "aborted")
+        return Outcome(status, reason=meta.last_reason or "")
+    if req.app is not None:
+        am = st.apps.get(req.app)
+        if am is None:
+            return None
+        if req.version <= am.version:
+            return Outcome("committed" if am.token == req.token and am.version == req.version
+                           else "already_committed")
+        if (req.version, req.token) in am.reaped:
+            return Outcome("aborted") if req.abort else Outcome("rejected", code="reaped", reason="reaped")
+    return None
+
+
+def txn_ids(req: TxnRequest) -> str:
+    """The transaction id a request names, checked against its identity fields.
+
+    Raises:
+        CorruptLogError: the id does not match (a request built by hand wrongly).
+    """
+    want = producer_txn_id(req.pid, req.epoch, req.n) if req.tid is not None and req.app is None else None
+    if req.app is not None and req.tid is None:
+        want = app_txn_id(req.app, req.version, req.token or "")
+    if want is not None and want != req.txn:
+        raise CorruptLogError(f"request {req.id} names transaction {req.txn}, expected {want}")
+    return req.txn
