@@ -11,7 +11,8 @@ server) and relays the reply, or injects one of these faults:
 
 Faults are drawn at a configurable rate from a seeded generator, or forced for the next matching requests
 (:meth:`FaultProxy.force`). With ``strip_conditional`` the proxy drops ``If-None-Match`` / ``If-Match`` headers,
-imitating an S3-compatible store that ignores conditional writes.
+imitating an S3-compatible store that ignores conditional writes. With ``read_only`` every write (PUT, POST,
+DELETE) is refused with ``403 AccessDenied``, as a read-only IAM policy does; :attr:`FaultLog.refused` counts them.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class FaultLog:
     """What the proxy did: requests seen, faults injected by kind, and the (method, path, fault) sequence."""
 
     requests: int = 0
+    refused: int = 0
     faults: Counter[str] = field(default_factory=Counter)
     events: list[tuple[str, str, str]] = field(default_factory=list)
 
@@ -81,6 +83,7 @@ class FaultProxy:
         methods: Iterable[str] | None = None,
         hang_seconds: float = 1.0,
         strip_conditional: bool = False,
+        read_only: bool = False,
     ) -> None:
         parts = urlsplit(upstream)
         if parts.hostname is None or parts.port is None:
@@ -95,6 +98,7 @@ class FaultProxy:
         self.methods = None if methods is None else frozenset(m.upper() for m in methods)
         self.hang_seconds = hang_seconds
         self.strip_conditional = strip_conditional
+        self.read_only = read_only
         self.log = FaultLog()
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
@@ -211,6 +215,12 @@ class _Handler(BaseHTTPRequestHandler):
     def _handle(self) -> None:
         proxy = self.server.proxy
         body = self._read_body()
+        if proxy.read_only and self.command in ("PUT", "POST", "DELETE"):
+            with proxy._lock:
+                proxy.log.requests += 1
+                proxy.log.refused += 1
+            self._error(403, "AccessDenied", "Access Denied")
+            return
         fault = proxy._decide(self.command, self.path)
         if fault == SLOWDOWN:
             self._error(503, "SlowDown", "Please reduce your request rate.")

@@ -109,8 +109,8 @@ class TxnBatchWriter(DataSourceArrowWriter):
         the commit had won (its reply was lost), nothing is deleted; if the outcome cannot be learned, the files
         are kept for GC."""
         _msgs, segs = gather(messages)
-        coord = self._coordinator()
         try:
+            coord = self._coordinator()
             coord.abort(self.ident, self.txn, reason="Spark job aborted", end_producer=self.ephemeral)
         except AlreadyCommittedError:
             return

@@ -189,11 +189,11 @@ class TxnStreamWriter(DataSourceStreamArrowWriter):
         if attempt is None or not segs:
             return
         app, token = attempt
-        store = self._store()
         try:
+            store = self._store()
             aborted = TransactionCoordinator(store).abort_app(app, batchId, token, reason="Spark batch aborted")
         except TxnLogError:
-            return
+            return  # outcome unknown: keep the files (GC removes them once the attempt is decided)
         if aborted:
             delete_segments(store, segs)
 

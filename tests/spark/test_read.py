@@ -355,14 +355,14 @@ def test_a_transaction_torn_by_a_crash_is_read_entirely(spark: Any, lake: str) -
     seen: list[str] = []
 
     def crash_on_second_marker(point: str) -> None:
-        if point == "marker.before":
+        if point == "record.before":
             seen.append(point)
             if len(seen) == 2:
                 raise InjectedCrash(point)
 
     with faults.injected(crash_on_second_marker), pytest.raises(InjectedCrash):
         producer.commit_transaction()
-    # the commit point was written and one marker exists: a reader must show all of it
+    # the commit point was written and one partition record exists: a reader must show all of it
     df = reader(spark, lake, topic="left,right")
     assert ids(df) == list(range(9))
 

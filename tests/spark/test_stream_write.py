@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
-from coordinator import ProducerFencedError, TransactionCoordinator, open_store, read_snapshot
+from coordinator import TransactionCoordinator, open_store, read_snapshot
 from coordinator.layout import data_dir
 
 pytestmark = pytest.mark.spark
@@ -63,6 +61,18 @@ def data_files(lake: str, topic: str, partitions: int) -> int:
     return sum(len(store.list(data_dir(topic, p))) for p in range(partitions))
 
 
+def app_meta(lake: str, app: str) -> Any:
+    return TransactionCoordinator(open_store(lake)).log.refresh().apps.get(app)
+
+
+def gc_all(lake: str, topic: str, partitions: int) -> None:
+    from coordinator.maintenance import gc_partition
+
+    coord = TransactionCoordinator(open_store(lake))
+    for p in range(partitions):
+        gc_partition(coord, topic, p, grace_ms=0)
+
+
 def test_each_micro_batch_is_one_transaction_keyed_by_query_and_batch(spark: Any, lake: str, tmp_path: Path) -> None:
     ids = make_input(tmp_path / "in", 3, 10)
     q = run_stream(spark, tmp_path / "in", lake, tmp_path / "cp", numPartitions="2", partitionKey="grp")
@@ -70,30 +80,26 @@ def test_each_micro_batch_is_one_transaction_keyed_by_query_and_batch(spark: Any
     table = read_snapshot(lake, ["out"])["out"]
     assert sorted(table.column("id").to_pylist()) == ids
     assert table.column("tenfold").to_pylist() == [i * 10 for i in table.column("id").to_pylist()]
-    # the query id is what Spark keeps in <checkpoint>/metadata; it exists by the first streamWriter() call
+    # Each micro-batch committed version <batchId> of the app "spark.<query id>" (Delta's SetTransaction); the
+    # query id is the one Spark gives the tasks (and keeps in <checkpoint>/metadata).
     qid = json.loads((tmp_path / "cp" / "metadata").read_text())["id"]
     assert qid == str(q.id)
+    meta = app_meta(lake, f"spark.{qid}")
+    assert meta is not None and meta.version == 2
     state = TransactionCoordinator(open_store(lake)).log.refresh()
-    tid = f"spark-query-{qid}"  # the default transactionalId
-    assert tid in state.producers
-    assert sorted(state.app_keys[tid]) == [f"{qid}/{b}" for b in range(3)]
-    # one run, one epoch
-    assert state.producers[tid].epoch == 0
-    assert len(open_store(lake).list(f"_sink/{tid}/runs")) == 1
+    assert not state.producers  # no producer, no epoch, no run records: nothing a zombie could fence
+    assert not open_store(lake).list_dirs("_sink")
 
 
-def test_restart_from_checkpoint_continues_exactly_once_and_fences_the_old_run(
-    spark: Any, lake: str, tmp_path: Path
-) -> None:
+def test_restart_from_checkpoint_continues_exactly_once(spark: Any, lake: str, tmp_path: Path) -> None:
     ids = make_input(tmp_path / "in", 2, 5)
     run_stream(spark, tmp_path / "in", lake, tmp_path / "cp", transactionalId="etl-stream")
     ids += make_input(tmp_path / "in", 2, 5, start=2)
     q = run_stream(spark, tmp_path / "in", lake, tmp_path / "cp", transactionalId="etl-stream")
     assert q.exception() is None
     assert out_ids(lake) == ids
-    state = TransactionCoordinator(open_store(lake)).log.refresh()
-    assert state.producers["etl-stream"].epoch == 1  # the second run's first commit bumped the epoch
-    assert len(state.app_keys["etl-stream"]) == 4
+    meta = app_meta(lake, f"etl-stream.{q.id}")
+    assert meta is not None and meta.version == 3
 
 
 def test_replayed_batch_after_lost_commit_log_entry_publishes_nothing_twice(
@@ -112,7 +118,11 @@ def test_replayed_batch_after_lost_commit_log_entry_publishes_nothing_twice(
     assert q.exception() is None
     assert (tmp_path / "cp" / "commits" / commits[-1]).exists()  # Spark did replay that batch
     assert out_ids(lake) == ids
-    assert data_files(lake, "out", 1) == files_before  # the replay's staged files were deleted
+    # The replay's staged files are garbage of a decided attempt: GC deletes them, nothing committed.
+    assert data_files(lake, "out", 1) > files_before
+    gc_all(lake, "out", 1)
+    assert data_files(lake, "out", 1) == files_before
+    assert out_ids(lake) == ids
 
 
 def test_new_checkpoint_with_old_transactional_id_never_skips_data(spark: Any, lake: str, tmp_path: Path) -> None:
@@ -123,38 +133,45 @@ def test_new_checkpoint_with_old_transactional_id_never_skips_data(spark: Any, l
     assert out_ids(lake) == sorted(first + second)
 
 
+def test_checkpoint_from_the_session_conf_works(spark: Any, lake: str, tmp_path: Path) -> None:
+    ids = make_input(tmp_path / "in", 2, 3)
+    spark.conf.set("spark.sql.streaming.checkpointLocation", str(tmp_path / "conf-cp"))
+    try:
+        df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(tmp_path / "in"))
+        q = df.writeStream.format("txnlog").option("topic", "out").trigger(availableNow=True).start(lake)
+        await_quietly(q)
+    finally:
+        spark.conf.unset("spark.sql.streaming.checkpointLocation")
+    assert q.exception() is None
+    assert out_ids(lake) == ids
+
+
 def test_stream_option_and_mode_errors(spark: Any, lake: str, tmp_path: Path) -> None:
     make_input(tmp_path / "in", 1, 3)
     q = run_stream(spark, tmp_path / "in", lake, tmp_path / "cp", numPartitions="zero")
     assert q.exception() is not None and "option numPartitions='zero'" in str(q.exception())
+    q = run_stream(spark, tmp_path / "in", lake, tmp_path / "cp-v", txnAppId="x", txnVersion="1")
+    assert q.exception() is not None and "txnAppId/txnVersion are for batch writes" in str(q.exception())
     agg = spark.readStream.schema(SCHEMA).json(str(tmp_path / "in")).groupBy("grp").count()
     q = (agg.writeStream.format("txnlog").outputMode("complete").option("topic", "counts")
          .option("checkpointLocation", str(tmp_path / "cp2")).trigger(availableNow=True).start(lake))
     await_quietly(q)
     assert q.exception() is not None and "outputMode('complete') is not supported" in str(q.exception())
-    spark.conf.set("spark.sql.streaming.checkpointLocation", str(tmp_path / "conf-cp"))
-    try:
-        df = spark.readStream.schema(SCHEMA).json(str(tmp_path / "in"))
-        q = df.writeStream.format("txnlog").option("topic", "nocp").trigger(availableNow=True).start(lake)
-        await_quietly(q)
-    finally:
-        spark.conf.unset("spark.sql.streaming.checkpointLocation")
-    assert q.exception() is not None and "needs option checkpointLocation" in str(q.exception())
     assert not os.path.exists(os.path.join(lake, "topics", "counts"))
 
 
 # -- the commit protocol driven directly, the way Spark drives it ---------------------------------------------
 
 
-def direct_writer(lake: str, cp: Path, **extra: str) -> Any:
+QID = "5f0c2b8e-1b1c-4c5e-9d0a-000000000001"
+
+
+def direct_writer(lake: str, **extra: str) -> Any:
     from pyspark.sql.types import LongType, StructField, StructType
 
     from txnsink import make_stream_writer
 
-    cp.mkdir(parents=True, exist_ok=True)
-    if not (cp / "metadata").exists():
-        (cp / "metadata").write_text(json.dumps({"id": str(uuid.uuid4())}))
-    options = {"path": lake, "topic": "direct", "checkpointLocation": str(cp), **extra}
+    options = {"path": lake, "topic": "direct", **extra}
     return make_stream_writer(options, StructType([StructField("id", LongType())]), False)
 
 
@@ -162,63 +179,63 @@ def batch(ids: list[int]) -> Any:
     return iter([pa.record_batch({"id": pa.array(ids, pa.int64())})])
 
 
-def test_committing_the_same_batch_twice_publishes_once(lake: str, tmp_path: Path) -> None:
+def task(attempt_id: int, batch_id: int, query: str | None = QID) -> Any:
     from txnsink.staging import TaskIds
 
-    w = direct_writer(lake, tmp_path / "cp")
-    m1 = w.stage(batch([1, 2, 3]), TaskIds(0, 0, 1, "run-a", 0))
+    return TaskIds(0, 0, attempt_id, query, batch_id)
+
+
+def test_committing_the_same_batch_twice_publishes_once(lake: str) -> None:
+    w = direct_writer(lake)
+    m1 = w.stage(batch([1, 2, 3]), task(1, 0))
     w.commit([m1], 0)
-    replay_writer = direct_writer(lake, tmp_path / "cp")  # a fresh writer, as in a fresh Python worker
-    m2 = replay_writer.stage(batch([1, 2, 3]), TaskIds(0, 0, 7, "run-b", 0))
-    store = open_store(lake)
-    assert store.exists(m2.segments[0].path)
-    replay_writer.commit([m2, None], 0)
+    replay_writer = direct_writer(lake)  # a fresh writer, as in a fresh Python worker after a restart
+    m2 = replay_writer.stage(batch([1, 2, 3]), task(7, 0))
+    replay_writer.commit([m2, None], 0)  # a no-op, not an error
     assert out_ids(lake, "direct") == [1, 2, 3]
-    assert not store.exists(m2.segments[0].path)  # the replay's staged file was deleted
-    m3 = replay_writer.stage(batch([4]), TaskIds(0, 0, 8, "run-b", 1))
+    store = open_store(lake)
+    assert store.exists(m2.segments[0].path)  # never deleted by the sink ...
+    gc_all(lake, "direct", 1)
+    assert not store.exists(m2.segments[0].path)  # ... GC removes it: its attempt is decided
+    assert store.exists(m1.segments[0].path)
+    m3 = replay_writer.stage(batch([4]), task(8, 1))
     replay_writer.commit([m3], 1)
     assert out_ids(lake, "direct") == [1, 2, 3, 4]
 
 
-def test_abort_deletes_staged_files(lake: str, tmp_path: Path) -> None:
-    from txnsink.staging import TaskIds
-
-    w = direct_writer(lake, tmp_path / "cp")
-    m = w.stage(batch([5, 6]), TaskIds(1, 0, 3, "run-a", 0))
+def test_abort_decides_then_deletes_staged_files(lake: str) -> None:
+    w = direct_writer(lake)
+    m = w.stage(batch([5, 6]), task(3, 0))
     w.abort([m, None], 0)
     assert not open_store(lake).exists(m.segments[0].path)
     assert out_ids(lake, "direct") == []
+    # the aborted attempt can never commit afterwards
+    from coordinator import InvalidTxnStateError
+
+    with pytest.raises(InvalidTxnStateError, match="reaped|aborted"):
+        w.commit([m], 0)
 
 
-def test_zombie_run_is_fenced_and_publishes_nothing(lake: str, tmp_path: Path) -> None:
-    from txnsink.staging import TaskIds
-
-    old = direct_writer(lake, tmp_path / "cp")
-    old.commit([old.stage(batch([1]), TaskIds(0, 0, 1, "run-old", 0))], 0)
-    new = direct_writer(lake, tmp_path / "cp")
-    new.commit([new.stage(batch([1]), TaskIds(0, 0, 1, "run-new", 0))], 0)  # the restart replays batch 0
-    new.commit([new.stage(batch([2]), TaskIds(0, 0, 2, "run-new", 1))], 1)
-    zombie_msg = old.stage(batch([99]), TaskIds(0, 0, 2, "run-old", 2))
-    with pytest.raises(ProducerFencedError, match="is fenced"):
-        old.commit([zombie_msg], 2)
-    assert out_ids(lake, "direct") == [1, 2]
-    assert not open_store(lake).exists(zombie_msg.segments[0].path)
-    new.commit([new.stage(batch([3]), TaskIds(0, 0, 3, "run-new", 2))], 2)  # the live run goes on
-    assert out_ids(lake, "direct") == [1, 2, 3]
+def test_zombie_driver_is_a_no_op_and_the_live_query_goes_on(lake: str) -> None:
+    live, zombie = direct_writer(lake), direct_writer(lake)  # two drivers on one checkpoint
+    zombie.commit([zombie.stage(batch([1]), task(1, 0))], 0)
+    live.commit([live.stage(batch([1]), task(2, 0))], 0)  # the restart replays batch 0: no-op
+    live.commit([live.stage(batch([2]), task(3, 1))], 1)
+    zombie.commit([zombie.stage(batch([2]), task(4, 1))], 1)  # the zombie's late commit: no-op, no error
+    zombie.commit([zombie.stage(batch([3]), task(5, 2))], 2)  # the zombie is first with batch 2 (same rows)
+    live.commit([live.stage(batch([3]), task(6, 2))], 2)  # no-op: the live query is not failed
+    live.commit([live.stage(batch([4]), task(7, 3))], 3)
+    assert out_ids(lake, "direct") == [1, 2, 3, 4]
 
 
-def test_stream_writer_repr_hides_secrets(lake: str, tmp_path: Path) -> None:
-    w = direct_writer(lake, tmp_path / "cp", **{"s3.key": "AKIDHIDDEN", "s3.secret": "SECRETHIDDEN"})
+def test_stream_writer_repr_hides_secrets(lake: str) -> None:
+    w = direct_writer(lake, **{"s3.key": "AKIDHIDDEN", "s3.secret": "SECRETHIDDEN"})
     assert "HIDDEN" not in repr(w)
 
 
-def test_missing_checkpoint_metadata_is_named(lake: str, tmp_path: Path) -> None:
-    from pyspark.sql.types import LongType, StructField, StructType
-
+def test_a_task_without_query_id_is_refused_clearly(lake: str) -> None:
     from coordinator import InvalidOptionError
-    from txnsink import make_stream_writer
 
-    schema = StructType([StructField("id", LongType())])
-    with pytest.raises(InvalidOptionError, match="metadata does not exist"):
-        make_stream_writer({"path": lake, "topic": "t", "checkpointLocation": str(tmp_path / "none")}, schema, False)
-    shutil.rmtree(tmp_path / "none", ignore_errors=True)
+    w = direct_writer(lake)
+    with pytest.raises(InvalidOptionError, match=r"sql\.streaming\.queryId"):
+        w.stage(batch([1]), task(1, 0, query=None))
