@@ -38,7 +38,8 @@ def test_stream_commit_protocol_on_s3(s3_lake: Any, tmp_path: Path) -> None:
     opts = {"path": s3_lake.url, "topic": "s3s", "checkpointLocation": str(tmp_path / "cp"), **s3_lake.options}
     w = make_stream_writer(opts, StructType([StructField("id", LongType())]), False)
     for attempt in range(2):  # the same batch twice: published once
-        m = w.stage(iter([pa.record_batch({"id": pa.array([7, 8], pa.int64())})]), TaskIds(0, attempt, attempt, None, 0))
+        rows = iter([pa.record_batch({"id": pa.array([7, 8], pa.int64())})])
+        m = w.stage(rows, TaskIds(0, attempt, attempt, None, 0))
         w.commit([m], 0)
     got = read_snapshot(s3_lake.url, ["s3s"], options=s3_lake.options)["s3s"]
     assert sorted(got.column("id").to_pylist()) == [7, 8]
