@@ -159,6 +159,18 @@ def test_hand_made_good_history_is_clean() -> None:
     assert check(_good()) == []
 
 
+def test_fencing_rule_accepts_a_zombie_retry_only_of_a_transaction_committed_before_the_fence() -> None:
+    h = _good()
+    # U (outcome unknown) is not in the final read: a zombie retry of it acknowledged would be a commit after the
+    # fence; a retry of A (all of it in the final read) answered with A's decision is fine.
+    h.ops.append(TxnOp("ZA", "w0t0", 0, 9, start=70, end=71, commit_start=70, outcome=OK, zombie=True,
+                       retry_of="A"))
+    assert check(h) == []
+    h.ops.append(TxnOp("ZU", "w0t1", 1, 9, start=72, end=73, commit_start=72, outcome=OK, zombie=True,
+                       retry_of="U"))
+    assert [a.kind for a in check(h)] == ["fencing"]
+
+
 @pytest.mark.parametrize("rule", sorted(RULES))
 def test_each_rule_fires_on_a_bad_history(rule: str) -> None:
     h = _good()
@@ -240,17 +252,19 @@ def _crash_at(point: str) -> Callable[[str], None]:
     return injector
 
 
-def test_zombie_retrying_a_commit_past_its_commit_point_is_fenced() -> None:
-    """G3: a zombie whose commit crashed after the commit point (its own replay holds the PrepareCommit) and that
-    retries the commit once a new epoch exists must get ProducerFencedError. The coordinator validates the
-    request against its stale replay (``TransactionLog.append`` builds on ``self.state`` without refreshing) and
-    raises InvalidTxnStateError "cannot go from PrepareCommit to PrepareCommit" instead. Found by the histories
-    (``run.py --seed 5 --histories 1``)."""
+def test_zombie_retrying_a_commit_past_its_commit_point_gets_the_recorded_decision() -> None:
+    """G3/G7: a zombie whose commit crashed after the commit point and that retries the commit once a new epoch
+    exists gets the decision made before the fence (committed: nothing happens again), never InvalidTxnStateError;
+    anything new it tries is fenced. (The first build answered InvalidTxnStateError "cannot go from PrepareCommit
+    to PrepareCommit", found by the histories: ``run.py --seed 5 --histories 1``.)"""
     url, old = _zombie_setup("z")
     try:
         with faults.injected(_crash_at("record.before")), pytest.raises(InjectedCrash):
             old.commit_transaction()
         Producer(open_store(url), "z").init_transactions()  # the new process bumps the epoch
+        assert old.commit_transaction().txn.endswith(".0")
+        old.begin_transaction()
+        old.send("a", [{"v": "z/0/2/0"}], partition=0)
         with pytest.raises(ProducerFencedError):
             old.commit_transaction()
     finally:

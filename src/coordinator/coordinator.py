@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from coordinator import faults
+from coordinator import faults, parallel
 from coordinator.decisions import (
     ExpireRequest,
     Outcome,
@@ -223,12 +223,20 @@ class TransactionCoordinator:
         self.store.put(open_path(txn), json.dumps({"tid": ident.tid, "txn": txn}).encode())
         faults.point("open.after")
 
-    def close_transaction(self, txn: str) -> None:
-        """Forget the open record of a decided transaction (best effort; the sweep removes leftovers)."""
-        try:
-            self.store.delete(open_path(txn))
-        except StoreError:
-            pass
+    def close_transaction(self, txn: str, *, wait: bool = False) -> None:
+        """Forget the open record of a decided transaction: best effort, in the background unless ``wait`` (the
+        sweep removes leftovers)."""
+
+        def rm() -> None:
+            try:
+                self.store.delete(open_path(txn))
+            except StoreError:
+                pass
+
+        if wait:
+            rm()
+        else:
+            parallel.submit(rm)
 
     def check_current(self, ident: ProducerIdentity) -> None:
         """Read the log and check that ``ident`` is still the current epoch.
@@ -416,8 +424,6 @@ class TransactionCoordinator:
             TopicNotFoundError: a named topic does not exist.
         """
         names = list(topics) if topics is not None else list_topics(self.store)
-        from coordinator import parallel
-
         parallel.pmap(self.topic, [n for n in names if n not in self._topics])
         metas = [self.topic(n) for n in names]
         st = self.log.refresh()
@@ -516,7 +522,7 @@ class TransactionCoordinator:
                 continue
             meta = st.producer_by_pid(ref.pid)
             if meta is None or meta.epoch != ref.epoch or ref.n <= meta.last_txn:
-                self.close_transaction(txn)
+                self.close_transaction(txn, wait=True)
                 continue
             if t - info.mtime * 1000 <= meta.timeout_ms:
                 continue
@@ -525,7 +531,7 @@ class TransactionCoordinator:
             out = self.log.submit(req)
             if out.status == "aborted" and out.item is not None and out.item.request == req.id:
                 aborted.append(meta.tid)
-            self.close_transaction(txn)
+            self.close_transaction(txn, wait=True)
         return aborted
 
     def expire_transactional_ids(self, now: int | None = None) -> list[str]:

@@ -338,7 +338,8 @@ class Outcome:
 
     ``status``: ``committed``, ``already_committed`` (an app version committed by another attempt, or a Spark
     batch job's version that was already committed), ``aborted``, ``rejected`` (``code`` says why), ``done``
-    (init / expire / layout applied), or ``unknown`` (decided, but the decision is no longer in view).
+    (init / expire / layout applied), ``noop`` (an expire or layout request the state no longer calls for), or
+    ``unknown`` (decided, but the decision is no longer in view).
     ``item`` and ``seq`` are the deciding item and entry when this process saw them.
     """
 
@@ -362,8 +363,9 @@ def outcome_of_item(item: Item, seq: int) -> Outcome:
 
 
 def fenced(req: Request, st: CoordinatorState) -> Outcome | None:
-    """A producer's request made by an epoch that is no longer current is answered ``ProducerFencedError`` (G3),
-    whatever was decided before the fence: a zombie learns it is a zombie. Requests that fence on purpose (the
+    """A producer's request made by an epoch that is no longer current, and not decided before the fence, is
+    answered ``ProducerFencedError`` (G3): it can never be decided any more. (A request decided before the fence is
+    answered with that decision by the caller, which looks for it first.) Requests that fence on purpose (the
     timeout sweep, an operator) are not answered this way. An ephemeral producer removed by its own commit or abort
     is not fenced: its outcome is then unknown to a process that did not see the deciding entry."""
     if not isinstance(req, TxnRequest) or req.tid is None or req.fence:

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from coordinator import parallel
 from coordinator.coordinator import CommitResult, ProducerIdentity, TransactionCoordinator
 from coordinator.errors import (
     CommitStateUnknownError,
@@ -394,20 +395,29 @@ class Producer:
         if not tables:
             return
         assert self.identity is not None and self._txn is not None
-        if not self._opened:
-            # Kafka's AddPartitionsToTxn, without the log: learn of a fence early, and leave a record (on the
-            # store's clock) for the timeout sweep.
-            try:
-                self.coordinator.check_current(self.identity)
-            except ProducerFencedError:
-                self._fenced = True
-                raise
-            self.coordinator.open_transaction(self.identity, self._n)
-            self._opened = True
         topic, partition = key
         seq = self._next_seq.get(key, 0)
         name = f"{self._txn}~{seq:010d}"
-        ref = stage_segment(self.store, topic, partition, pa.concat_tables(tables), name, seq=seq,
-                            fmt=self.config.segment_format)
+        table = pa.concat_tables(tables)
+
+        def stage() -> SegmentRef:
+            return stage_segment(self.store, topic, partition, table, name, seq=seq, fmt=self.config.segment_format)
+
+        if self._opened:
+            ref = stage()
+        else:
+            # Kafka's AddPartitionsToTxn without the log, at once with the first segment: learn of a fence early,
+            # and leave a record (on the store's clock) for the timeout sweep.
+            ident, n = self.identity, self._n
+            waits = [parallel.submit(lambda: self.coordinator.check_current(ident)),
+                     parallel.submit(lambda: self.coordinator.open_transaction(ident, n))]
+            ref = stage()
+            try:
+                for wait in waits:
+                    wait()
+            except ProducerFencedError:
+                self._fenced = True
+                raise
+            self._opened = True
         self._next_seq[key] = seq + 1
         self._staged.append(ref)

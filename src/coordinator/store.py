@@ -32,6 +32,7 @@ in the same folder, then ``os.link`` to the final name, which fails if it exists
 
 from __future__ import annotations
 
+import bisect
 import builtins
 import os
 import threading
@@ -271,16 +272,39 @@ class Store(ABC):
         """Release connections; the default holds none."""
 
 
+class _Bucket:
+    """The objects of one memory bucket, with a sorted name index per folder (listing costs O(log n + page))."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, tuple[bytes, float]] = {}
+        self.folders: dict[str, builtins.list[str]] = {}
+
+    def put(self, path: str, data: bytes) -> None:
+        if path not in self.objects:
+            folder, _, name = path.rpartition("/")
+            bisect.insort(self.folders.setdefault(folder, []), name)
+        self.objects[path] = (data, _now())
+
+    def delete(self, path: str) -> None:
+        if self.objects.pop(path, None) is not None:
+            folder, _, name = path.rpartition("/")
+            names = self.folders[folder]
+            del names[bisect.bisect_left(names, name)]
+            if not names:
+                del self.folders[folder]
+
+
 class MemoryStore(Store):
     """An in-process store; every ``memory://NAME`` URL names one shared bucket for the life of the process."""
 
-    _buckets: dict[str, dict[str, tuple[bytes, float]]] = {}
+    _buckets: dict[str, _Bucket] = {}
     _global_lock = threading.Lock()
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
         with MemoryStore._global_lock:
-            self._objects = MemoryStore._buckets.setdefault(url.rstrip("/"), {})
+            self._bucket = MemoryStore._buckets.setdefault(url.rstrip("/"), _Bucket())
+        self._objects = self._bucket.objects
         self._lock = MemoryStore._global_lock
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
@@ -289,14 +313,14 @@ class MemoryStore(Store):
         with self._lock:
             if path in self._objects:
                 return self._objects[path][0] == data
-            self._objects[path] = (bytes(data), _now())
+            self._bucket.put(path, bytes(data))
             return True
 
     def put(self, path: str, data: bytes) -> None:
         check_relative(path)
         self.counters.add("put")
         with self._lock:
-            self._objects[path] = (bytes(data), _now())
+            self._bucket.put(path, bytes(data))
 
     def get(self, path: str) -> bytes:
         check_relative(path)
@@ -310,34 +334,38 @@ class MemoryStore(Store):
     def list(self, prefix: str, start_after: str | None = None, limit: int | None = None) -> builtins.list[str]:
         prefix = _folder(prefix)
         self.counters.add("list")
-        base = prefix + "/" if prefix else ""
         with self._lock:
-            names = [p[len(base):] for p in self._objects if p.startswith(base) and "/" not in p[len(base):]]
-        return _page(names, start_after, limit)
+            names = self._bucket.folders.get(prefix, [])
+            lo = 0 if start_after is None else bisect.bisect_right(names, start_after)
+            return names[lo:] if limit is None else names[lo:lo + limit]
 
     def list_dirs(self, prefix: str) -> builtins.list[str]:
         prefix = _folder(prefix)
         self.counters.add("list")
         base = prefix + "/" if prefix else ""
         with self._lock:
-            rests = [p[len(base):] for p in self._objects if p.startswith(base)]
-        return sorted({r.split("/", 1)[0] for r in rests if "/" in r})
+            rests = [f[len(base):] for f in self._bucket.folders if f.startswith(base) and f != prefix]
+        return sorted({r.split("/", 1)[0] for r in rests})
 
     def list_info(self, prefix: str) -> builtins.list[ObjectInfo]:
         prefix = _folder(prefix)
         self.counters.add("list")
         base = prefix + "/" if prefix else ""
         with self._lock:
-            return sorted(
-                (ObjectInfo(p, len(v[0]), v[1]) for p, v in self._objects.items() if p.startswith(base)),
-                key=lambda o: o.path,
-            )
+            out = []
+            for folder, names in self._bucket.folders.items():
+                if folder == prefix or folder.startswith(base):
+                    for n in names:
+                        path = f"{folder}/{n}" if folder else n
+                        data, mtime = self._objects[path]
+                        out.append(ObjectInfo(path, len(data), mtime))
+        return sorted(out, key=lambda o: o.path)
 
     def delete(self, path: str) -> None:
         check_relative(path)
         self.counters.add("delete")
         with self._lock:
-            self._objects.pop(path, None)
+            self._bucket.delete(path)
 
     @classmethod
     def drop(cls, url: str) -> None:

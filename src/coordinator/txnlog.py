@@ -77,6 +77,12 @@ TRUNCATE_EVERY = 16
 MAX_INTENTS_PER_ENTRY = 256
 #: A submit gives up after this long losing races (ConcurrentCommitError).
 SUBMIT_BUDGET_S = 120.0
+#: A process that read the log this recently refreshes by asking for the next entry by name.
+RECENT_S = 30.0
+#: How often a request waiting as an intent looks at the log.
+POLL_S = 0.025
+#: After winning an entry, a writer keeps appending entries for intents still waiting for at most this long.
+SERVE_S = 1.0
 _RECENT_KEPT = 4096
 _DECISIONS_KEPT = 20_000
 
@@ -135,6 +141,8 @@ class TransactionLog:
         self._decisions: OrderedDict[str, tuple[Item, int]] = OrderedDict()
         self._intents: dict[str, Request] = {}
         self._since_pointer = 0
+        self._refreshed = -1e9
+        self._jumped_at = -1
         ck = self._read_last_checkpoint()
         if ck is not None:
             self._reset(ck)
@@ -195,6 +203,19 @@ class TransactionLog:
             return self.state
 
     def _catch_up(self) -> None:
+        if self.state.seq >= 0 and time.monotonic() - self._refreshed < RECENT_S:
+            # Read recently: no truncation can have passed this process by (it deletes only entries below a
+            # checkpoint older than the grace period), so asking for the next entry by name is enough, and cheaper
+            # than a listing when nothing is new (the common case for a process waiting on the log).
+            nxt = self._get_entry(self.state.seq + 1)
+            if nxt is None:
+                self._refreshed = time.monotonic()
+                return
+            self._apply(nxt)
+        self._list_forward()
+        self._refreshed = time.monotonic()
+
+    def _list_forward(self) -> None:
         jumped = False
         while True:
             after = seq_name(self.state.seq) if self.state.seq >= 0 else None
@@ -230,6 +251,7 @@ class TransactionLog:
         if ck is None or ck.seq <= self.state.seq:
             return False
         self._reset(ck)
+        self._jumped_at = ck.seq
         return True
 
     def _apply(self, entry: LogEntry) -> None:
@@ -295,34 +317,54 @@ class TransactionLog:
 
     # -- submitting -------------------------------------------------------------------------------------------
 
-    def _outcome(self, req: Request) -> Outcome | None:
-        gone = fenced(req, self.state)
-        if gone is not None:
-            return gone
+    def _outcome(self, req: Request, *, since: int | None = None) -> Outcome | None:
+        """What became of ``req``: the deciding item if this process read it, else what the state says. A
+        producer request of an epoch that is no longer current, and not decided before the fence, is answered
+        ``fenced``; if it waited as an intent and this process jumped over entries since ``since`` (so it may have
+        missed its decision), the answer is ``unknown`` instead of a guess."""
         seen = self._decisions.get(req.id)
         if seen is not None:
             return outcome_of_item(*seen)
+        gone = fenced(req, self.state)
+        if gone is not None:
+            if since is not None and self._jumped_at > since:
+                return Outcome("unknown", reason=f"request {req.id} may have been decided in entries this process "
+                                                 "did not read before its producer was fenced")
+            return gone
         return outcome(req, self.state)
 
     def submit(self, req: Request) -> Outcome:
-        """Get ``req`` decided: build the next entry from it and every waiting intent and create it; on a lost
-        race publish ``req`` as an intent (commit, abort and init requests), back off with jitter and look again.
+        """Get ``req`` decided.
+
+        First one direct try, unless other intents are already waiting: build the next entry from ``req`` and
+        every waiting intent, and create it. If another writer took that entry, or others were queued, ``req`` (a
+        commit, abort or init request) is published as an intent and this process waits for a writer to decide it,
+        looking at the log every ~``POLL_S`` seconds; only when the log has not moved for two looks does it try to
+        append itself (so waiting writers do not race the one serving the queue). A writer that wins an entry
+        keeps serving the queue for a while. Other requests retry with exponential backoff and full jitter.
 
         Returns:
             the outcome (see :class:`~coordinator.decisions.Outcome`).
         Raises:
             CommitStateUnknownError: the store could not say whether the deciding entry was written, or failed
                 after ``req`` was published as an intent (another process may still decide it).
-            ConcurrentCommitError: lost races for :data:`SUBMIT_BUDGET_S` seconds.
+            ConcurrentCommitError: undecided after :data:`SUBMIT_BUDGET_S` seconds.
             StoreError, CorruptLogError: the store failed or the log is damaged (``req`` was not decided).
         """
         intentable = self.group_commit and req.kind in INTENT_KINDS
         wrote_intent = False
+        intent_seq = -1
         attempt = 0
         start = time.monotonic()
+        last_seq, idle = -2, 0
         while True:
             try:
-                won, result = self._attempt(req, intentable)
+                if wrote_intent and idle < 2:
+                    with self._lock:
+                        self._catch_up()
+                        won, result = None, self._outcome(req, since=intent_seq)
+                else:
+                    won, result = self._attempt(req, intentable, queue=intentable and not wrote_intent)
             except CommitStateUnknownError:
                 # Did the ambiguous write land? If the log can be read, it says so; an entry that did not land
                 # decided nothing, and trying again is safe (a request is decided at most once).
@@ -341,19 +383,27 @@ class TransactionLog:
                     self._delete_quietly([intent_path(req.id)])
                 if won is not None:
                     self._after_win(*won)
+                    if intentable:
+                        self._serve()
                 return result
             attempt += 1
             if intentable and not wrote_intent:
+                intent_seq = self.state.seq
                 faults.point("intent.before")
                 self.store.put(intent_path(req.id), request_bytes(req))
                 faults.point("intent.after")
                 wrote_intent = True
             if time.monotonic() - start > SUBMIT_BUDGET_S:
-                msg = f"request {req.id} lost the transaction log race for {SUBMIT_BUDGET_S:.0f} s"
+                msg = f"request {req.id} was not decided within {SUBMIT_BUDGET_S:.0f} s"
                 if wrote_intent:
                     raise CommitStateUnknownError(msg + "; its intent may still be decided")
                 raise ConcurrentCommitError(msg + "; the store is too contended")
-            time.sleep(random.uniform(0, min(0.2, 0.002 * 2 ** min(attempt, 10))))
+            if wrote_intent:
+                idle = idle + 1 if self.state.seq == last_seq else 0
+                last_seq = self.state.seq
+                time.sleep(random.uniform(0.5, 1.5) * POLL_S)
+            else:
+                time.sleep(random.uniform(0, min(0.2, 0.002 * 2 ** min(attempt, 10))))
 
     def _learn(self, req: Request) -> tuple[bool, Outcome | None]:
         """After an ambiguous write: read the log (a few tries). Returns (whether the log could be read, the
@@ -367,12 +417,15 @@ class TransactionLog:
                 time.sleep(0.05 * (i + 1))
         return False, None
 
-    def _attempt(self, req: Request, intentable: bool) -> tuple[tuple[LogEntry, list[str]] | None, Outcome | None]:
-        """One try: refresh, decide ``req`` and the waiting intents, create the next entry.
+    def _attempt(
+        self, req: Request, intentable: bool, *, queue: bool = False
+    ) -> tuple[tuple[LogEntry, list[str]] | None, Outcome | None]:
+        """One try: refresh, decide ``req`` and the waiting intents, create the next entry. With ``queue``, do not
+        try when other intents are already waiting (a writer serving them will decide ``req`` too).
 
         Returns:
             ``((entry, intents it decided), outcome)`` when this call created the entry; ``(None, outcome)`` when
-            ``req`` was already decided; ``(None, None)`` when another writer took the entry.
+            ``req`` was already decided; ``(None, None)`` when another writer took the entry or others wait.
         """
         with self._lock:
             listing = parallel.submit(lambda: self.store.list(TXN_INTENTS)) if intentable else None
@@ -384,38 +437,72 @@ class TransactionLog:
             if got is not None:
                 return None, got
             others = self._waiting(names, req.id)
-            ts = max(now_ms(), self.state.ts)
-            seq = self.state.seq + 1
-            scratch = self.state.copy()
-            items: list[Item] = []
-            touched: dict[tuple[str, int], int] = {}
-            for r in [req, *others]:
-                item = decide(r, scratch, ts)
-                if item is None:
-                    continue
-                for tp in item_partitions(item):
-                    touched.setdefault(tp, scratch.partition(*tp).next_idx)
-                scratch.apply_item(item, ts)
-                items.append(item)
-            if not any(i.request == req.id for i in items):
-                return None, Outcome("unknown", reason=f"request {req.id} was decided out of view")
-            entry = LogEntry(seq, ts, uuid.uuid4().hex, tuple(items),
-                             tuple((t, p, idx) for (t, p), idx in touched.items()))
-            scratch.finish(entry)
-            if seq == 0:
-                ensure_format(self.store)
-            faults.point("txnlog.entry.before")
-            created = self.store.put_if_absent(txn_log_path(seq), entry.to_bytes())
-            if not created:
+            if queue and others:
                 return None, None
-            faults.point("txnlog.entry.after")
-            self.state = scratch
-            self._remember(entry)
-            decided = [i.request for i in items if i.request != req.id and i.request in self._intents]
-            for rid in decided:
-                self._intents.pop(rid, None)
-            mine = next(i for i in items if i.request == req.id)
-            return (entry, decided), outcome_of_item(mine, seq)
+            if decide(req, self.state.copy(), max(now_ms(), self.state.ts)) is None:
+                return None, Outcome("noop", reason=f"request {req.id} has nothing left to decide")
+            won = self._append([req, *others])
+            if won is None:
+                return None, None
+            entry, decided = won
+            decided = [r for r in decided if r != req.id]
+            mine = next((i for i in entry.items if i.request == req.id), None)
+            if mine is None:
+                return (entry, decided), Outcome("unknown", reason=f"request {req.id} was decided out of view")
+            return (entry, decided), outcome_of_item(mine, entry.seq)
+
+    def _serve(self) -> None:
+        """After winning an entry, keep appending entries for the intents still waiting, while this process keeps
+        winning (for up to :data:`SERVE_S`): the writer that already holds the newest state is the fastest one to
+        build the next entry, so the log advances at the pace of one conditional write per entry."""
+        until = time.monotonic() + SERVE_S
+        while time.monotonic() < until:
+            try:
+                with self._lock:
+                    names = self.store.list(TXN_INTENTS)
+                    others = self._waiting(names, "")
+                    if not others:
+                        return
+                    won = self._append(others)
+            except (StoreError, CorruptLogError) as exc:
+                log.debug("stopped appending for waiting intents: %s", exc)
+                return
+            if won is None:
+                return  # another writer leads now
+            self._after_win(*won)
+
+    def _append(self, reqs: list[Request]) -> tuple[LogEntry, list[str]] | None:
+        """Create the next entry deciding ``reqs`` (caller holds the lock, state current). None if another writer
+        took it (its entry is read on the next refresh)."""
+        ts = max(now_ms(), self.state.ts)
+        seq = self.state.seq + 1
+        scratch = self.state.copy()
+        items: list[Item] = []
+        touched: dict[tuple[str, int], int] = {}
+        for r in reqs:
+            item = decide(r, scratch, ts)
+            if item is None:
+                continue
+            for tp in item_partitions(item):
+                touched.setdefault(tp, scratch.partition(*tp).next_idx)
+            scratch.apply_item(item, ts)
+            items.append(item)
+        if not items:
+            return None
+        entry = LogEntry(seq, ts, uuid.uuid4().hex, tuple(items), tuple((t, p, idx) for (t, p), idx in touched.items()))
+        scratch.finish(entry)
+        if seq == 0:
+            ensure_format(self.store)
+        faults.point("txnlog.entry.before")
+        if not self.store.put_if_absent(txn_log_path(seq), entry.to_bytes()):
+            return None
+        faults.point("txnlog.entry.after")
+        self.state = scratch
+        self._remember(entry)
+        decided = [i.request for i in items if i.request in self._intents]
+        for rid in decided:
+            self._intents.pop(rid, None)
+        return entry, decided
 
     def _waiting(self, names: list[str], own: str) -> list[Request]:
         """The undecided intents among ``names`` (fetched once each, in parallel), oldest name first."""

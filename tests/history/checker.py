@@ -324,13 +324,21 @@ def group_offsets(h: History) -> list[str]:
 
 
 def fencing(h: History) -> list[str]:
-    """A zombie (superseded epoch) got an acknowledged commit, or failed with anything but ProducerFencedError."""
+    """A zombie (superseded epoch) got an acknowledged commit of anything not committed before the fence, or failed
+    with anything but ProducerFencedError. (A zombie retrying the commit of a transaction that was decided before
+    the fence is answered with that decision: acknowledged only if every value of it is in the final read.)"""
     out = []
+    by_id = {op.id: op for op in h.txns()}
+    final = {rec[3] for rec in h.final.records} if h.final is not None else set()
     for op in h.txns():
         if not op.zombie:
             continue
         what = f"zombie transaction {op.id} of {op.tid} gen {op.gen}" + (f" (retry of {op.retry_of})"
                                                                       if op.retry_of else "")
+        retried = by_id.get(op.retry_of) if op.retry_of else None
+        if op.outcome == OK and retried is not None and retried.values() \
+                and all(v in final for v in retried.values()):
+            continue
         if op.outcome == OK:
             out.append(f"{what} committed")
         elif op.error and op.error.split(":", 1)[0] not in FENCED_ERRORS:
