@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
-# Set up (.venv) and run the whole test suite, slow fault-injection runs included, plus lint and type checks.
-# Extra arguments go to pytest, e.g.  bash scripts/test.sh -m "not slow"
+# Set up (.venv) and run the whole test suite, slow fault-injection runs included, plus lint and type checks, with
+# the newest supported versions (constraints/newest.txt); then, on a full run, the Spark tests again with the
+# oldest supported versions (constraints/oldest.txt) in a second environment (.venv-oldest).
+# Extra arguments go to pytest and skip the second pass, e.g.  bash scripts/test.sh -m "not slow"
+# TXNLOG_OLDEST=1 runs the second pass even with arguments, TXNLOG_OLDEST=0 never.
 set -euo pipefail
 . "$(dirname "$0")/_setup.sh" test
 echo "ruff" >&2 && ruff check src tests bench examples
 echo "mypy" >&2 && mypy
-exec python -m pytest "$@"
+if [ "${TXNLOG_OLDEST:-$([ $# -eq 0 ] && echo 1 || echo 0)}" != 1 ]; then
+  exec python -m pytest "$@"
+fi
+python -m pytest "$@"
+echo "Spark tests with the oldest supported versions (constraints/oldest.txt) in ${VENV}-oldest" >&2
+export TXNLOG_VENV="${VENV}-oldest" TXNLOG_CONSTRAINTS=oldest
+exec bash -c '. scripts/_setup.sh test && exec python -m pytest -m "spark and not slow"'

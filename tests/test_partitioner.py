@@ -349,3 +349,14 @@ def test_producer_places_keys_by_the_topics_partitioner(mem: Store, legacy: bool
         assert expected == hash_partition(out, ["user"], 5)
     else:
         assert expected == (hash_columns(out, ["user"]) % np.uint64(5)).astype(np.int64).tolist()
+
+
+def test_key_check_refuses_what_the_topics_partitioner_cannot_hash() -> None:
+    schema = pa.schema([("id", pa.int64()), ("tags", pa.list_(pa.string()))])
+    current = TopicMeta("t", 3, schema, {"partitioner": CURRENT})
+    part.check_key(current, ["id"])
+    with pytest.raises(InvalidOptionError, match="key column 'tags' has type list<item: string>"):
+        part.check_key(current, ["id", "tags"])
+    with pytest.raises(InvalidOptionError, match="key column 'nope'"):
+        part.check_key(current, ["nope"])
+    part.check_key(TopicMeta("t", 3, schema, {}), ["tags"])  # the legacy text hash takes any type

@@ -43,6 +43,7 @@ __all__ = [
     "CURRENT",
     "LEGACY",
     "PARTITIONERS",
+    "check_key",
     "check_partitioner",
     "hash_columns",
     "legacy_partition",
@@ -116,6 +117,20 @@ def partition_for(table: pa.Table, columns: Sequence[str], partitions: int, topi
     if table.num_rows == 0:
         return np.zeros(0, dtype=np.int64)
     return (hash_columns(table, columns) % np.uint64(partitions)).astype(np.int64)
+
+
+def check_key(topic_meta: TopicMeta, columns: Sequence[str]) -> None:
+    """Refuse, before any data is hashed, key ``columns`` that the topic's partitioner cannot hash.
+
+    Raises:
+        InvalidOptionError: a column the topic lacks, a type the partitioner has no rule for (naming both), or a
+            partitioner this version does not know.
+    """
+    name = partitioner_of(topic_meta)
+    empty = topic_meta.schema.empty_table()
+    _check_args(empty, columns, 1)
+    if name == CURRENT:
+        hash_columns(empty, columns)
 
 
 def legacy_partition(table: pa.Table, columns: Sequence[str], partitions: int) -> list[int]:

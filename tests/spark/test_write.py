@@ -110,6 +110,13 @@ def test_topics_created_before_the_partitioner_entry_keep_their_placement(spark:
     assert out.column("_partition").to_pylist() == hash_partition(out, ["user"], 5)
 
 
+def test_key_of_a_type_the_partitioner_cannot_hash_fails_on_the_driver(spark: Any, lake: str) -> None:
+    df = spark.range(10).selectExpr("id", "array(id, id) as pair")
+    with pytest.raises(Exception, match="key column 'pair' has type list<element: int64>"):
+        write(df, lake, topic="pairs", numPartitions=2, partitionKey="pair")
+    assert files_under(lake, "pairs", 2)["data"] == 0
+
+
 def test_typed_keys_are_placed_as_the_python_producer_places_them(spark: Any, lake: str) -> None:
     """Timestamps, dates, decimals, doubles, booleans and strings (nulls included) hashed in Spark's Python
     workers land where ``partition_for`` puts the same rows in this process."""
