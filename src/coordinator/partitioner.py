@@ -70,7 +70,7 @@ _C2 = np.uint64(0xC4CEB9FE1A85EC53)
 _S33 = np.uint64(33)
 _U64 = np.dtype("<u8")
 #: Bytes of string data hashed per numpy pass (bounds the temporary arrays to a few times 8 bytes per byte).
-_CHUNK_BYTES = 1 << 20
+_CHUNK_BYTES = 1 << 16
 
 _powers_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
@@ -352,8 +352,7 @@ def _byte_polynomial(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         hi = int(offsets[end])
         m = hi - lo
         pw, inv = _powers(m + 1)
-        weighted = data[lo:hi].astype(np.uint64)
-        weighted *= pw[:m]
+        weighted = np.multiply(data[lo:hi], pw[:m], dtype=np.uint64)
         sums = np.empty(m + 1, dtype=np.uint64)
         sums[0] = 0
         np.cumsum(weighted, out=sums[1:])

@@ -112,7 +112,7 @@ def test_topics_created_before_the_partitioner_entry_keep_their_placement(spark:
 
 def test_key_of_a_type_the_partitioner_cannot_hash_fails_on_the_driver(spark: Any, lake: str) -> None:
     df = spark.range(10).selectExpr("id", "array(id, id) as pair")
-    with pytest.raises(Exception, match="key column 'pair' has type list<element: int64>"):
+    with pytest.raises(Exception, match=r"key column 'pair' has type list<element: int64.*cannot hash"):
         write(df, lake, topic="pairs", numPartitions=2, partitionKey="pair")
     assert files_under(lake, "pairs", 2)["data"] == 0
 
