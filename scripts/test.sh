@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up (.venv) and run the whole test suite, slow fault-injection runs included, plus lint and type checks, with
-# the newest supported versions (constraints/newest.txt); then, on a full run, the Spark tests again with the
-# oldest supported versions (constraints/oldest.txt) in a second environment (.venv-oldest).
+# the newest supported versions (constraints/newest.txt); then, on a full run, the Spark tests (not the slow ones)
+# and the store contract tests (S3 conditional writes) again with the oldest supported versions
+# (constraints/oldest.txt) in a second environment (.venv-oldest).
 # Extra arguments go to pytest and skip the second pass, e.g.  bash scripts/test.sh -m "not slow"
 # TXNLOG_OLDEST=1 runs the second pass even with arguments, TXNLOG_OLDEST=0 never.
 set -euo pipefail
@@ -12,6 +13,6 @@ if [ "${TXNLOG_OLDEST:-$([ $# -eq 0 ] && echo 1 || echo 0)}" != 1 ]; then
   exec python -m pytest "$@"
 fi
 python -m pytest "$@"
-echo "Spark tests with the oldest supported versions (constraints/oldest.txt) in ${VENV}-oldest" >&2
+echo "Spark and store contract tests with the oldest supported versions (constraints/oldest.txt)" >&2
 export TXNLOG_VENV="${VENV}-oldest" TXNLOG_CONSTRAINTS=oldest
-exec bash -c '. scripts/_setup.sh test && exec python -m pytest -m "spark and not slow"'
+exec bash -c '. scripts/_setup.sh test && exec python -m pytest -m "not slow" tests/spark tests/test_store_contract.py'
