@@ -126,6 +126,7 @@ def test_install_next_to_the_newest_pyspark_keeps_it(tmp_path: Path) -> None:
     before = subprocess.run([str(py), "-c", "import pyspark; print(pyspark.__version__)"], capture_output=True,
                             text=True, env=env, check=True).stdout.strip()
     pip(f"{ROOT}[spark]")
+    pip("--dry-run", f"pyspark=={before}", f"{ROOT}[spark]")  # asking for both at once resolves too
     code = ("import importlib.metadata as md, coordinator, txnsource, txnsink, pyspark_txnlog, pyspark; "
             "print(pyspark.__version__, md.version('txnlog'), pyspark_txnlog.DefaultSource.name())")
     out = subprocess.run([str(py), "-c", code], capture_output=True, text=True, env=env, timeout=300)
