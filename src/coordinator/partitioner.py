@@ -10,8 +10,8 @@ numpy and pyarrow version:
 
 - a value becomes 64-bit words: integers, dates, times, timestamps and durations their integer value in the
   column's type (sign-extended), booleans 0 or 1, floats the IEEE-754 bits of the value as a float64 (``-0.0`` as
-  ``0.0``, every NaN as one NaN), decimals their unscaled two's-complement integer (little-endian words, two for
-  decimal128, four for decimal256);
+  ``0.0``, every NaN as one NaN), decimals their unscaled two's-complement integer (one sign-extended word for
+  decimal32 and decimal64, two little-endian words for decimal128, four for decimal256);
 - strings and binaries: ``P = sum(b[i] * M**i) mod 2**64`` over their bytes, then the words ``P`` and the length;
 - a value's hash is ``h = SEED; for each word w: h = fmix64(h ^ w)`` (MurmurHash3's 64-bit finaliser); a null's is
   :data:`NULL_HASH`;
