@@ -1,5 +1,6 @@
-# Sourced by demo.sh and test.sh: checks Python and Java, creates .venv and installs the project into it.
-# Usage: . scripts/_setup.sh EXTRAS      (EXTRAS: "spark" or "test")
+# Sourced by demo.sh and test.sh: checks Python and Java, creates .venv and installs the project into it, with the
+# versions pinned in constraints/newest.txt (TXNLOG_CONSTRAINTS=oldest: constraints/oldest.txt).
+# Usage: . scripts/_setup.sh EXTRAS      (EXTRAS: "spark" or "test"; TXNLOG_VENV: another venv folder)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -30,8 +31,9 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
   "$VENV/bin/python" -m pip install --quiet --upgrade pip
 fi
-echo "installing txnlog[$1] into $VENV" >&2
-"$VENV/bin/python" -m pip install --quiet -e ".[$1]"
+PINS="constraints/${TXNLOG_CONSTRAINTS:-newest}.txt"
+echo "installing txnlog[$1] into $VENV with the versions of $PINS" >&2
+"$VENV/bin/python" -m pip install --quiet -c "$PINS" -e ".[$1]"
 export PATH="$PWD/$VENV/bin:$PATH"
 export PYSPARK_PYTHON="$PWD/$VENV/bin/python"
 export PYSPARK_DRIVER_PYTHON="$PWD/$VENV/bin/python"

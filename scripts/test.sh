@@ -1,8 +1,18 @@
 #!/usr/bin/env bash
-# Set up (.venv) and run the whole test suite, slow fault-injection runs included, plus lint and type checks.
-# Extra arguments go to pytest, e.g.  bash scripts/test.sh -m "not slow"
+# Set up (.venv) and run the whole test suite, slow fault-injection runs included, plus lint and type checks, with
+# the newest supported versions (constraints/newest.txt); then, on a full run, the Spark tests (not the slow ones),
+# the store contract tests (S3 conditional writes) and the partitioner's fixed placements again with the oldest
+# supported versions (constraints/oldest.txt) in a second environment (.venv-oldest).
+# Extra arguments go to pytest and skip the second pass, e.g.  bash scripts/test.sh -m "not slow"
+# TXNLOG_OLDEST=1 runs the second pass even with arguments, TXNLOG_OLDEST=0 never.
 set -euo pipefail
 . "$(dirname "$0")/_setup.sh" test
 echo "ruff" >&2 && ruff check src tests bench examples
 echo "mypy" >&2 && mypy
-exec python -m pytest "$@"
+if [ "${TXNLOG_OLDEST:-$([ $# -eq 0 ] && echo 1 || echo 0)}" != 1 ]; then
+  exec python -m pytest "$@"
+fi
+python -m pytest "$@"
+echo "Spark, store contract and partitioner tests with the oldest supported versions (constraints/oldest.txt)" >&2
+export TXNLOG_VENV="${VENV}-oldest" TXNLOG_CONSTRAINTS=oldest
+exec bash -c '. scripts/_setup.sh test && exec python -m pytest -m "not slow" tests/spark tests/test_store_contract.py tests/test_partitioner.py'

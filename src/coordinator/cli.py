@@ -100,6 +100,16 @@ def _common(suppress: bool) -> argparse.ArgumentParser:
     return p
 
 
+def _installed_version() -> str:
+    """The version of the installed ``txnlog`` distribution (its package metadata)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("txnlog")
+    except PackageNotFoundError:
+        return "(not installed: no package metadata)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser."""
     parser = argparse.ArgumentParser(
@@ -108,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="exit codes: 0 ok, 1 problems found / not ok, 2 usage or invalid option, 3 not found, "
                "4 store error",
     )
+    parser.add_argument("--version", action="version", version=f"txnlog {_installed_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     common = [_common(True)]
 

@@ -20,7 +20,6 @@ it unless it was committed); ``init_transactions()`` starts over with a new epoc
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from coordinator.errors import (
     ProducerFencedError,
     TxnLogError,
 )
+from coordinator.partitioner import legacy_partition, partition_for
 from coordinator.records import SegmentRef
 from coordinator.segments import FORMATS, stage_segment
 from coordinator.store import Store, StoreOptions, open_store
@@ -88,16 +88,9 @@ def to_table(data: Any) -> pa.Table:
 
 
 def hash_partition(table: pa.Table, columns: Sequence[str], partitions: int) -> list[int]:
-    """A partition per row: a stable hash (CRC-32 of the key values' text) modulo the partition count; the same
-    function the Spark writer uses, so a key always lands in the same partition."""
-    cols = [table.column(c).to_pylist() for c in columns]
-    crc = zlib.crc32
-    if len(cols) == 1:
-        return [crc(("" if v is None else str(v)).encode()) % partitions for v in cols[0]]
-    return [
-        crc("\x1f".join("" if v is None else str(v) for v in vals).encode()) % partitions
-        for vals in zip(*cols, strict=True)
-    ]
+    """A partition per row by the legacy partitioner (``txnlog-v1``: CRC-32 of the key values' text) modulo the
+    partition count; topics name their partitioner, so use :func:`coordinator.partitioner.partition_for`."""
+    return legacy_partition(table, columns, partitions)
 
 
 class Producer:
@@ -206,7 +199,7 @@ class Producer:
         for c in cols:
             if c not in table.column_names:
                 raise InvalidOptionError(f"key column {c!r} is not a column of topic {topic!r}")
-        parts = np.asarray(hash_partition(table, cols, meta.partitions), dtype=np.int64)
+        parts = partition_for(table, cols, meta.partitions, meta)
         order = np.argsort(parts, kind="stable")
         bounds = np.searchsorted(parts[order], np.arange(meta.partitions + 1))
         sorted_table = table.take(pa.array(order))

@@ -21,6 +21,9 @@ from coordinator.errors import (
     TopicNotFoundError,
 )
 from coordinator.layout import TOPICS, check_name, topic_meta_dir, topic_meta_path
+from coordinator.partitioner import CONFIG_KEY as PARTITIONER_KEY
+from coordinator.partitioner import CURRENT as CURRENT_PARTITIONER
+from coordinator.partitioner import check_partitioner
 from coordinator.records import decode_json, encode_json
 from coordinator.store import Store
 
@@ -113,8 +116,11 @@ def create_topic(
 ) -> TopicMeta:
     """Create topic ``name``; with ``exist_ok``, return the existing definition if its schema is the same.
 
+    The config records the key partitioner (entry ``partitioner``, :data:`coordinator.partitioner.CURRENT` unless
+    ``config`` names one), so keyed writes place keys the same way for the topic's whole life.
+
     Raises:
-        InvalidNameError, InvalidOptionError: bad name or partition count.
+        InvalidNameError, InvalidOptionError: bad name, partition count or partitioner.
         TopicExistsError: the topic exists (and ``exist_ok`` is false, or its schema differs).
     """
     check_name("topic", name)
@@ -124,10 +130,13 @@ def create_topic(
             raise InvalidOptionError(
                 f"column {f.name!r}: names starting with '_' are reserved for metadata columns"
             )
+    cfg = dict(config or {})
+    check_partitioner(cfg)
+    cfg.setdefault(PARTITIONER_KEY, CURRENT_PARTITIONER)
     from coordinator.txnlog import ensure_format
 
     ensure_format(store)
-    meta = TopicMeta(name, partitions, schema, dict(config or {}), 0, created_ms)
+    meta = TopicMeta(name, partitions, schema, cfg, 0, created_ms)
     if store.put_if_absent(topic_meta_path(name, 0), meta.to_bytes()):
         return meta
     existing = get_topic(store, name)

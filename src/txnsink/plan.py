@@ -17,6 +17,7 @@ from coordinator import (
     get_topic,
     open_store,
 )
+from coordinator.partitioner import check_key
 from txnsink.options import SinkOptions, parse_options
 from txnsink.types import check_compatible, spark_to_arrow
 
@@ -66,7 +67,7 @@ def plan_write(options: Mapping[str, str], schema: StructType) -> tuple[WritePla
 
     Raises:
         InvalidOptionError: bad options (named), an unsupported store URL, or a ``partitionKey`` column that is
-            not in the DataFrame.
+            not in the DataFrame or has a type the topic's partitioner cannot hash.
         SchemaMismatchError: the DataFrame does not fit the existing topic.
         UnsupportedStoreError: the store does not honour conditional writes.
     """
@@ -80,4 +81,6 @@ def plan_write(options: Mapping[str, str], schema: StructType) -> tuple[WritePla
         )
     store = open_store(cfg.root, cfg.store)
     meta = ensure_topic(store, cfg, arrow)
+    if cfg.partition_key:
+        check_key(meta, cfg.partition_key)
     return WritePlan(cfg, store.url, meta), store

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 
-from coordinator import SegmentRef, Store, TopicMeta, conform, hash_partition, stage_segment
+from coordinator import SegmentRef, Store, TopicMeta, conform, stage_segment
 from coordinator.layout import segment_name
+from coordinator.partitioner import partition_for
 
 __all__ = ["SEGMENT_TARGET_BYTES", "SinkMessage", "TaskIds", "delete_segments", "gather", "stage_batches"]
 
@@ -108,11 +109,13 @@ def _split_even(table: pa.Table, partitions: int, start: int) -> list[tuple[int,
     return out
 
 
-def _split_keyed(table: pa.Table, partitions: int, key: Sequence[str]) -> list[tuple[int, pa.Table]]:
-    """Rows grouped by ``hash_partition`` of the key columns, keeping each partition's rows in input order."""
+def _split_keyed(table: pa.Table, meta: TopicMeta, key: Sequence[str]) -> list[tuple[int, pa.Table]]:
+    """Rows grouped by the topic's partitioner over the key columns (as the Python producer groups them), keeping
+    each partition's rows in input order."""
     import numpy as np
 
-    parts = np.asarray(hash_partition(table, list(key), partitions), dtype=np.int64)
+    partitions = meta.partitions
+    parts = partition_for(table, list(key), partitions, meta)
     order = np.argsort(parts, kind="stable")
     counts = np.bincount(parts, minlength=partitions)
     ordered = table.take(pa.array(order))
@@ -168,7 +171,7 @@ def stage_batches(
             table = conform(pa.Table.from_batches([batch]), meta)
             rows += table.num_rows
             if key:
-                pieces = _split_keyed(table, meta.partitions, key)
+                pieces = _split_keyed(table, meta, key)
             else:
                 pieces = _split_even(table, meta.partitions, rr)
                 rr = (rr + table.num_rows % meta.partitions) % meta.partitions

@@ -12,8 +12,9 @@ import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 
-from coordinator import TransactionCoordinator, get_topic, hash_partition, open_store, read_snapshot
+from coordinator import TransactionCoordinator, get_topic, open_store, read_snapshot
 from coordinator.layout import data_dir, marker_dir
+from coordinator.partitioner import CURRENT, partition_for
 
 pytestmark = pytest.mark.spark
 
@@ -66,7 +67,9 @@ def test_partition_key_agrees_with_the_python_producer(spark: Any, lake: str) ->
     df = spark.range(300).selectExpr("id", "concat('user-', cast(id % 13 as string)) as user")
     write(df, lake, topic="keyed", numPartitions=5, partitionKey="user")
     out = topic_rows(lake, "keyed")
-    expected = hash_partition(out, ["user"], 5)
+    meta = get_topic(open_store(lake), "keyed")
+    assert meta.config["partitioner"] == CURRENT
+    expected = partition_for(out, ["user"], 5, meta).tolist()
     assert out.column("_partition").to_pylist() == expected
     by_user: dict[str, set[int]] = {}
     for u, p in zip(out.column("user").to_pylist(), out.column("_partition").to_pylist(), strict=True):
@@ -85,10 +88,59 @@ def test_multi_column_key_and_row_order_within_partition(spark: Any, lake: str) 
     df = spark.range(0, 120, 1, 1).selectExpr("id", "id % 3 as a", "cast(id % 2 as string) as b")
     write(df, lake, topic="multi", numPartitions=3, partitionKey="a, b")
     out = topic_rows(lake, "multi")
-    assert out.column("_partition").to_pylist() == hash_partition(out, ["a", "b"], 3)
+    meta = get_topic(open_store(lake), "multi")
+    assert out.column("_partition").to_pylist() == partition_for(out, ["a", "b"], 3, meta).tolist()
     for p in range(3):
         ids = [r["id"] for r in out.to_pylist() if r["_partition"] == p]
         assert ids == sorted(ids)  # one task's rows keep their order (offsets follow it)
+
+
+
+def test_topics_created_before_the_partitioner_entry_keep_their_placement(spark: Any, lake: str) -> None:
+    from coordinator import TopicMeta, hash_partition
+    from coordinator.layout import topic_meta_path
+
+    schema = pa.schema([("id", pa.int64()), ("user", pa.string())])
+    store = open_store(lake)
+    assert store.put_if_absent(topic_meta_path("old", 0), TopicMeta("old", 5, schema, {}, 0, 0).to_bytes())
+    df = spark.range(0, 300, 1, 2).selectExpr("id", "concat('user-', cast(id % 13 as string)) as user")
+    write(df, lake, topic="old", partitionKey="user")
+    out = topic_rows(lake, "old")
+    assert out.num_rows == 300
+    assert out.column("_partition").to_pylist() == hash_partition(out, ["user"], 5)
+
+
+def test_key_of_a_type_the_partitioner_cannot_hash_fails_on_the_driver(spark: Any, lake: str) -> None:
+    df = spark.range(10).selectExpr("id", "array(id, id) as pair")
+    with pytest.raises(Exception, match=r"key column 'pair' has type list<element: int64.*cannot hash"):
+        write(df, lake, topic="pairs", numPartitions=2, partitionKey="pair")
+    assert files_under(lake, "pairs", 2)["data"] == 0
+
+
+def test_typed_keys_are_placed_as_the_python_producer_places_them(spark: Any, lake: str) -> None:
+    """Timestamps, dates, decimals, doubles, booleans and strings (nulls included) hashed in Spark's Python
+    workers land where ``partition_for`` puts the same rows in this process."""
+    df = spark.range(0, 400, 1, 3).selectExpr(
+        "id",
+        "if(id % 9 = 0, null, timestamp_seconds(1700000000 + id * 3607)) as ts",
+        "date_add(date'2024-01-01', cast(id % 40 as int)) as day",
+        "cast(id / 7 as decimal(12, 3)) as amount",
+        "if(id % 5 = 0, cast('NaN' as double), id * 0.25) as score",
+        "id % 2 = 0 as flag",
+        "if(id % 11 = 0, null, concat('user-', cast(id % 23 as string))) as user",
+    )
+    keys = ["ts", "day", "amount", "score", "flag", "user"]
+    write(df, lake, topic="typed", numPartitions=7, partitionKey=", ".join(keys))
+    out = topic_rows(lake, "typed")
+    assert out.num_rows == 400
+    meta = get_topic(open_store(lake), "typed")
+    assert out.column("_partition").to_pylist() == partition_for(out, keys, 7, meta).tolist()
+    ts_only = "ts_only"
+    write(df, lake, topic=ts_only, numPartitions=4, partitionKey="ts")
+    out = topic_rows(lake, ts_only)
+    meta = get_topic(open_store(lake), ts_only)
+    assert out.column("_partition").to_pylist() == partition_for(out, ["ts"], 4, meta).tolist()
+    assert len(set(out.column("_partition").to_pylist())) == 4
 
 
 def test_existing_python_topic_accepts_widened_types(spark: Any, lake: str) -> None:
