@@ -56,7 +56,7 @@ def test_credentials_never_reach_store_logs_errors_or_output(
     messages = []
     for bad_url in (f"s3://no-such-bucket-{s3_lake.bucket}/lake",):
         with pytest.raises(TxnLogError) as err:
-            open_store(bad_url, opts)
+            open_store(bad_url, opts).list("_txn/log")
         messages.append(str(err.value) + repr(err.value))
     with pytest.raises(StoreError) as err2:
         open_store(url, {**opts, "s3.endpoint": "http://127.0.0.1:9", "s3.maxAttempts": "2"}).get("x")

@@ -11,8 +11,10 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
+from coordinator import create_topic
 from coordinator.errors import InvalidOptionError, StoreError, UnsupportedStoreError
 from coordinator.store import TEMP_PREFIX, LocalStore, MemoryStore, Store, open_store, probe_conditional_writes
 from s3_lake import TEST_KEY, TEST_SECRET, S3Lake
@@ -338,10 +340,20 @@ def test_probe_passes(store_url: tuple[str, dict[str, str]]) -> None:
     # a root not probed before in this process, so the probe really runs
     st = open_store(url + "/probed", options)
     try:
+        assert st.counters.total() == 0  # opening reads and writes nothing
+        probe_conditional_writes(st)
         assert st.counters["put_if_absent"] == 2
         probe_conditional_writes(st)
         assert st.counters["put_if_absent"] == 2  # once per process and URL
-        assert st.list_info("") == []  # the probe cleans up
+        # the probe cleans up, leaving its verdict: a fresh process pays one GET instead of a probe
+        (verdict,) = [i.path for i in st.list_info("")]
+        assert verdict.startswith("_txn/probe/ok-")
+        from coordinator import store as store_module
+
+        store_module._PROBED.clear()
+        fresh = open_store(url + "/probed", options)
+        probe_conditional_writes(fresh)
+        assert fresh.counters.snapshot() == {"get": 1}
     finally:
         st.close()
 
@@ -367,8 +379,9 @@ def test_probe_refuses_store_ignoring_conditions(store_url: tuple[str, dict[str,
     if url.startswith("s3://"):
         endpoint = options["s3.endpoint"]
         with FaultProxy(endpoint, strip_conditional=True) as proxy:
+            st3 = open_store(url + "/stripped", {**options, "s3.endpoint": proxy.endpoint})
             with pytest.raises(UnsupportedStoreError, match="conditional writes"):
-                open_store(url + "/stripped", {**options, "s3.endpoint": proxy.endpoint})
+                create_topic(st3, "t", pa.schema([("v", pa.int64())]))  # refused before the first write
             assert proxy.log.requests >= 2
         return
     st: Store
@@ -392,7 +405,7 @@ def test_local_store_writes_under_its_root_only(tmp_path: Path) -> None:
 def test_s3_missing_bucket_and_repr_hide_credentials(s3_lake: S3Lake) -> None:
     url = f"s3://no-such-bucket-{uuid.uuid4().hex[:12]}/lake"
     with pytest.raises(StoreError, match="NoSuchBucket") as err:
-        open_store(url, s3_lake.options)
+        open_store(url, s3_lake.options).list("_txn/log")
     st = open_store(s3_lake.url, s3_lake.options)
     try:
         for text in (str(err.value), repr(err.value), repr(st), str(st.__dict__.get("url"))):

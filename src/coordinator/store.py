@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import bisect
 import builtins
+import hashlib
 import os
 import threading
 import uuid
@@ -190,6 +191,8 @@ class Store(ABC):
     def __init__(self, url: str) -> None:
         self.url = url
         self.counters = RequestCounters()
+        #: check conditional writes before the first one (see probe_conditional_writes)
+        self.probe_required = True
 
     @abstractmethod
     def put_if_absent(self, path: str, data: bytes) -> bool:
@@ -517,19 +520,42 @@ def _now() -> float:
 
 _PROBED: set[str] = set()
 _PROBE_LOCK = threading.Lock()
+PROBE_DIR = "_txn/probe"
+
+
+def _probe_key(store: Store) -> str:
+    return f"{store.url} via {getattr(store, 'endpoint', None)}"
 
 
 def probe_conditional_writes(store: Store) -> None:
-    """Check once per process and store URL that ``put_if_absent`` really is exclusive.
+    """Check that ``put_if_absent`` really is exclusive, before the first conditional write of this process (writers
+    call it; readers never do, so reading needs no write permission).
+
+    A verdict is cached per process and store URL + endpoint, and kept in the store
+    (``_txn/probe/ok-<hash>.json``) once a probe passed, so a fresh process pays one GET, not a probe. A store opened
+    with ``probe=False`` is trusted.
 
     Raises:
         UnsupportedStoreError: a second conditional create of the same path succeeded with different bytes.
     """
-    key = f"{store.url} via {getattr(store, 'endpoint', None)}"
+    if not getattr(store, "probe_required", True):
+        return
+    key = _probe_key(store)
     with _PROBE_LOCK:
         if key in _PROBED:
             return
-    path = f"_txn/probe/{uuid.uuid4().hex}"
+    verdict = f"{PROBE_DIR}/ok-{hashlib.sha1(key.encode()).hexdigest()[:20]}.json"
+    try:
+        store.get(verdict)
+    except FileNotFoundError:
+        _probe(store)
+        store.put(verdict, b'{"conditional_writes": "verified"}')
+    with _PROBE_LOCK:
+        _PROBED.add(key)
+
+
+def _probe(store: Store) -> None:
+    path = f"{PROBE_DIR}/{uuid.uuid4().hex}"
     try:
         first = store.put_if_absent(path, b"probe-a")
         second = store.put_if_absent(path, b"probe-b")
@@ -544,8 +570,6 @@ def probe_conditional_writes(store: Store) -> None:
             f"store {store.url} does not honour conditional writes (create-if-absent overwrote an existing "
             "object); txnlog needs If-None-Match support to keep its transaction log consistent"
         )
-    with _PROBE_LOCK:
-        _PROBED.add(key)
 
 
 def open_store(
@@ -553,9 +577,11 @@ def open_store(
 ) -> Store:
     """Open the store rooted at ``url``: a plain path, ``file://``, ``memory://`` or ``s3://bucket/prefix``.
 
+    Opening reads and writes nothing. With ``probe`` (the default) the store is checked to honour conditional
+    writes before the first one this process makes (:func:`probe_conditional_writes`); ``probe=False`` trusts it.
+
     Raises:
         InvalidOptionError: the URL scheme is not supported.
-        UnsupportedStoreError: the store does not honour conditional writes (checked once per process).
     """
     opts = options if isinstance(options, StoreOptions) else StoreOptions.from_options(options or {})
     if not isinstance(url, str) or not url.strip():
@@ -577,6 +603,5 @@ def open_store(
         raise InvalidOptionError(f"store URL scheme of {url!r} is not supported (use a path, file://, s3://, memory://)")
     else:
         store = LocalStore("file://" + os.path.abspath(url), url)
-    if probe:
-        probe_conditional_writes(store)
+    store.probe_required = probe
     return store

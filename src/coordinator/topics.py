@@ -133,8 +133,10 @@ def create_topic(
     cfg = dict(config or {})
     check_partitioner(cfg)
     cfg.setdefault(PARTITIONER_KEY, CURRENT_PARTITIONER)
+    from coordinator.store import probe_conditional_writes
     from coordinator.txnlog import ensure_format
 
+    probe_conditional_writes(store)
     ensure_format(store)
     meta = TopicMeta(name, partitions, schema, cfg, 0, created_ms)
     if store.put_if_absent(topic_meta_path(name, 0), meta.to_bytes()):

@@ -15,6 +15,7 @@ Thread-safe; one instance per process and store is enough.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import threading
@@ -61,7 +62,7 @@ from coordinator.layout import (
 from coordinator.partrecords import PartitionRecord, records_of
 from coordinator.records import FORMAT_VERSION, Item, LogEntry, check_format, decode_json, encode_json, item_partitions
 from coordinator.state import CoordinatorState
-from coordinator.store import Store
+from coordinator.store import Store, probe_conditional_writes
 
 if TYPE_CHECKING:
     from coordinator.partition import PartitionLog
@@ -143,6 +144,7 @@ class TransactionLog:
         self._since_pointer = 0
         self._refreshed = -1e9
         self._jumped_at = -1
+        self._probed = False
         ck = self._read_last_checkpoint()
         if ck is not None:
             self._reset(ck)
@@ -454,22 +456,50 @@ class TransactionLog:
     def _serve(self) -> None:
         """After winning an entry, keep appending entries for the intents still waiting, while this process keeps
         winning (for up to :data:`SERVE_S`): the writer that already holds the newest state is the fastest one to
-        build the next entry, so the log advances at the pace of one conditional write per entry."""
+        build the next entry, so the log advances at the pace of one conditional write per entry. Partition
+        records of the served entries are written in the background while the next entry is built, and waited for
+        before returning."""
         until = time.monotonic() + SERVE_S
-        while time.monotonic() < until:
+        pending: list[Callable[[], None]] = []
+        try:
+            while time.monotonic() < until:
+                try:
+                    with self._lock:
+                        names = self.store.list(TXN_INTENTS)
+                        others = self._waiting(names, "")
+                        if not others:
+                            return
+                        won = self._append(others)
+                except (StoreError, CorruptLogError) as exc:
+                    log.debug("stopped appending for waiting intents: %s", exc)
+                    return
+                if won is None:
+                    return  # another writer leads now
+                entry, decided = won
+                pending.append(parallel.submit(functools.partial(write_records, self.store, entry)))
+                if decided:
+                    self._delete_quietly([intent_path(r) for r in decided])
+                if self._checkpoint_due(entry.seq):
+                    self._join(pending)
+                    self._checkpoint_quietly(entry.seq)
+        finally:
+            self._join(pending)
+
+    def _join(self, pending: list[Callable[[], None]]) -> None:
+        while pending:
             try:
-                with self._lock:
-                    names = self.store.list(TXN_INTENTS)
-                    others = self._waiting(names, "")
-                    if not others:
-                        return
-                    won = self._append(others)
-            except (StoreError, CorruptLogError) as exc:
-                log.debug("stopped appending for waiting intents: %s", exc)
-                return
-            if won is None:
-                return  # another writer leads now
-            self._after_win(*won)
+                pending.pop(0)()
+            except (StoreError, CorruptLogError, OSError) as exc:
+                log.warning("writing partition records: %s (derived data only; readers compute it)", exc)
+
+    def _checkpoint_due(self, seq: int) -> bool:
+        return bool(self.checkpoint_interval) and seq % self.checkpoint_interval == self.checkpoint_interval - 1
+
+    def _checkpoint_quietly(self, seq: int) -> None:
+        try:
+            self.write_checkpoint()
+        except (StoreError, CorruptLogError, OSError) as exc:
+            log.warning("checkpoint after entry %d: %s (readers read more entries)", seq, exc)
 
     def _append(self, reqs: list[Request]) -> tuple[LogEntry, list[str]] | None:
         """Create the next entry deciding ``reqs`` (caller holds the lock, state current). None if another writer
@@ -491,6 +521,9 @@ class TransactionLog:
             return None
         entry = LogEntry(seq, ts, uuid.uuid4().hex, tuple(items), tuple((t, p, idx) for (t, p), idx in touched.items()))
         scratch.finish(entry)
+        if not self._probed:
+            probe_conditional_writes(self.store)
+            self._probed = True
         if seq == 0:
             ensure_format(self.store)
         faults.point("txnlog.entry.before")
@@ -539,10 +572,10 @@ class TransactionLog:
             write_records(self.store, entry)
             if decided:
                 self._delete_quietly([intent_path(r) for r in decided])
-            if self.checkpoint_interval and entry.seq % self.checkpoint_interval == self.checkpoint_interval - 1:
-                self.write_checkpoint()
         except (StoreError, CorruptLogError, OSError) as exc:
             log.warning("after committing entry %d: %s (derived data only; readers compute it)", entry.seq, exc)
+        if self._checkpoint_due(entry.seq):
+            self._checkpoint_quietly(entry.seq)
 
     def _delete_quietly(self, paths: list[str]) -> None:
         def rm(path: str) -> None:
