@@ -20,7 +20,8 @@ from core_helpers import Backend, make_topic, rows
 
 def two_partitions(backend: Backend) -> None:
     make_topic(backend.open(), partitions=2)
-    p = Producer(backend.open(), "w")
+    store = backend.open()
+    p = Producer(store, "w", coordinator=TransactionCoordinator(store, checkpoint_interval=100))
     p.init_transactions()
     for i in range(3):
         with p.transaction():

@@ -424,9 +424,12 @@ class TransactionCoordinator:
             TopicNotFoundError: a named topic does not exist.
         """
         names = list(topics) if topics is not None else list_topics(self.store)
-        parallel.pmap(self.topic, [n for n in names if n not in self._topics])
+        reading = parallel.submit(self.log.refresh)  # the log and the topic definitions, at once
+        try:
+            parallel.pmap(self.topic, [n for n in names if n not in self._topics])
+        finally:
+            st = reading()
         metas = [self.topic(n) for n in names]
-        st = self.log.refresh()
         ends: dict[str, dict[int, int]] = {}
         starts: dict[str, dict[int, int]] = {}
         for meta in metas:

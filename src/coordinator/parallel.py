@@ -8,6 +8,7 @@ point wherever it runs.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -18,19 +19,30 @@ from coordinator import faults
 T = TypeVar("T")
 R = TypeVar("R")
 
-#: Requests in flight at once, process-wide.
-MAX_WORKERS = 64
+#: Requests in flight at once, process-wide (environment ``TXNLOG_IO_THREADS``).
+MAX_WORKERS = int(os.environ.get("TXNLOG_IO_THREADS", "64"))
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
+_in_worker = threading.local()
 
 
 def _executor() -> ThreadPoolExecutor:
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="txnlog-io")
+            _pool = ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="txnlog-io",
+                                       initializer=_mark_worker)
         return _pool
+
+
+def _mark_worker() -> None:
+    _in_worker.yes = True
+
+
+def _nested() -> bool:
+    """Whether the caller runs in a pool worker: its fan-out runs inline, so workers never wait on each other."""
+    return getattr(_in_worker, "yes", False)
 
 
 def pmap(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
@@ -40,7 +52,7 @@ def pmap(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
     running behind the caller's back.
     """
     todo = list(items)
-    if len(todo) <= 1:
+    if len(todo) <= 1 or _nested():
         return [fn(x) for x in todo]
     injector = faults.current()
 
@@ -63,7 +75,19 @@ def pmap(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
 
 
 def submit(fn: Callable[[], R]) -> Callable[[], R]:
-    """Start ``fn()`` in the pool; returns a function that waits for its result (re-raising its exception)."""
+    """Start ``fn()`` in the pool; returns a function that waits for its result (re-raising its exception). From a
+    pool worker, ``fn`` runs at once."""
+    if _nested():
+        try:
+            value = fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the waiter, as a future would
+            err = exc
+
+            def fail() -> R:
+                raise err
+
+            return fail
+        return lambda: value
     injector = faults.current()
 
     def run() -> R:

@@ -186,6 +186,15 @@ class PartitionLog:
         target = self.target()
         if target is not None and self.next_idx >= target:
             return
+        if target is not None and self.log is not None:
+            # Records of entries this process has read are computed from them: no request at all (a consumer
+            # tailing the log, a committer reading what it just wrote).
+            known = [self.log.record_source(self.topic, self.partition, i) for i in range(self.next_idx, target)]
+            if all(r is not None for r in known):
+                for rec in known:
+                    assert rec is not None
+                    self._apply(rec, marker_path(self.topic, self.partition, rec.idx))
+                return
         mdir = marker_dir(self.topic, self.partition)
         after = seq_name(self.next_idx - 1) if self.next_idx else None
         present = {i for i in (parse_seq(n) for n in self.store.list(mdir, start_after=after)) if i is not None}

@@ -524,7 +524,22 @@ PROBE_DIR = "_txn/probe"
 
 
 def _probe_key(store: Store) -> str:
-    return f"{store.url} via {getattr(store, 'endpoint', None)}"
+    key = f"{store.url} via {getattr(store, 'endpoint', None)}"
+    return hashlib.sha1(key.encode()).hexdigest()[:20]
+
+
+def verified_writes() -> list[str]:
+    """The (hashed) store URL + endpoint pairs this process verified honour conditional writes; the coordinator's
+    checkpoints carry them, so a process opening the log from a checkpoint needs no probe at all."""
+    with _PROBE_LOCK:
+        return sorted(_PROBED)
+
+
+def learn_verified(store: Store, keys: object) -> None:
+    """Accept the verdicts a checkpoint of ``store`` carries (see :func:`verified_writes`)."""
+    if isinstance(keys, list | tuple) and _probe_key(store) in keys:
+        with _PROBE_LOCK:
+            _PROBED.add(_probe_key(store))
 
 
 def probe_conditional_writes(store: Store) -> None:
@@ -544,7 +559,7 @@ def probe_conditional_writes(store: Store) -> None:
     with _PROBE_LOCK:
         if key in _PROBED:
             return
-    verdict = f"{PROBE_DIR}/ok-{hashlib.sha1(key.encode()).hexdigest()[:20]}.json"
+    verdict = f"{PROBE_DIR}/ok-{key}.json"
     try:
         store.get(verdict)
     except FileNotFoundError:

@@ -62,26 +62,33 @@ from coordinator.layout import (
 from coordinator.partrecords import PartitionRecord, records_of
 from coordinator.records import FORMAT_VERSION, Item, LogEntry, check_format, decode_json, encode_json, item_partitions
 from coordinator.state import CoordinatorState
-from coordinator.store import Store, probe_conditional_writes
+from coordinator.store import Store, learn_verified, probe_conditional_writes, verified_writes
 
 if TYPE_CHECKING:
     from coordinator.partition import PartitionLog
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CHECKPOINT_INTERVAL = 8
+DEFAULT_CHECKPOINT_INTERVAL = 4
 #: Entries and checkpoints below the newest checkpoint older than this are deleted (protects readers mid-open).
 DEFAULT_LOG_GRACE_MS = 10 * 60_000
 #: Every this many checkpoints, the checkpoint writer also truncates the log.
 TRUNCATE_EVERY = 16
+#: Every this many checkpoints one is also kept under its own number (fallback, truncation point).
+NUMBERED_EVERY = 4
 #: Intents decided in one entry at most (keeps entries small under heavy contention).
 MAX_INTENTS_PER_ENTRY = 256
 #: A submit gives up after this long losing races (ConcurrentCommitError).
 SUBMIT_BUDGET_S = 120.0
+#: A first attempt right after reading the log (opening it, say) does not read it again.
+JUST_READ_S = 0.2
 #: A process that read the log this recently refreshes by asking for the next entry by name.
 RECENT_S = 30.0
 #: How often a request waiting as an intent looks at the log.
 POLL_S = 0.025
+#: A waiting request tries to append itself only after the log stood still for this many looks (longer than one
+#: round of the writer serving the queue: list, read intents, write).
+IDLE_POLLS = 4
 #: After winning an entry, a writer keeps appending entries for intents still waiting for at most this long.
 SERVE_S = 1.0
 _RECENT_KEPT = 4096
@@ -135,7 +142,8 @@ class TransactionLog:
         self.log_grace_ms = log_grace_ms
         self.jump = max(2 * checkpoint_interval, 4)
         self._lock = threading.RLock()
-        self.state = CoordinatorState()
+        self._state = CoordinatorState()
+        self._opened = False
         self.checkpoint_seq = -1
         self._recent: OrderedDict[int, LogEntry] = OrderedDict()
         self._record_seq: dict[tuple[str, int, int], int] = {}
@@ -143,12 +151,30 @@ class TransactionLog:
         self._intents: dict[str, Request] = {}
         self._since_pointer = 0
         self._refreshed = -1e9
+        self._loaded_at = -1e9
         self._jumped_at = -1
         self._probed = False
+
+    @property
+    def state(self) -> CoordinatorState:
+        """The replayed state as of the last entry read; the log is opened (newest checkpoint and the entries
+        after it) on first use."""
+        if not self._opened:
+            with self._lock:
+                if not self._opened:
+                    self._open()
+        return self._state
+
+    @state.setter
+    def state(self, st: CoordinatorState) -> None:
+        self._state = st
+
+    def _open(self) -> None:
         ck = self._read_last_checkpoint()
+        self._opened = True
         if ck is not None:
             self._reset(ck)
-        self.refresh()
+        self._catch_up()
 
     # -- reading ----------------------------------------------------------------------------------------------
 
@@ -169,14 +195,16 @@ class TransactionLog:
                 continue
         return None
 
-    @staticmethod
-    def _decode_checkpoint(data: bytes, where: str) -> CoordinatorState:
+    def _decode_checkpoint(self, data: bytes, where: str) -> CoordinatorState:
         d = decode_json(data, where, "coordinator checkpoint")
         check_format(d, where)
-        return CoordinatorState.from_json(d, where)
+        st = CoordinatorState.from_json(d, where)
+        learn_verified(self.store, d.get("verified", ()))
+        self._loaded_at = time.monotonic()
+        return st
 
     def _reset(self, st: CoordinatorState) -> None:
-        self.state = st
+        self._state = st
         self.checkpoint_seq = max(self.checkpoint_seq, st.seq)
         self._recent.clear()
         self._record_seq = {k: s for k, s in self._record_seq.items() if s > st.seq}
@@ -201,8 +229,11 @@ class TransactionLog:
             StoreError: the store failed.
         """
         with self._lock:
-            self._catch_up()
-            return self.state
+            if not self._opened:
+                self._open()
+            else:
+                self._catch_up()
+            return self._state
 
     def _catch_up(self) -> None:
         if self.state.seq >= 0 and time.monotonic() - self._refreshed < RECENT_S:
@@ -361,12 +392,13 @@ class TransactionLog:
         last_seq, idle = -2, 0
         while True:
             try:
-                if wrote_intent and idle < 2:
+                if wrote_intent and idle < IDLE_POLLS:
                     with self._lock:
                         self._catch_up()
                         won, result = None, self._outcome(req, since=intent_seq)
                 else:
-                    won, result = self._attempt(req, intentable, queue=intentable and not wrote_intent)
+                    won, result = self._attempt(req, intentable, queue=intentable and not wrote_intent,
+                                                fresh=attempt == 0)
             except CommitStateUnknownError:
                 # Did the ambiguous write land? If the log can be read, it says so; an entry that did not land
                 # decided nothing, and trying again is safe (a request is decided at most once).
@@ -385,8 +417,8 @@ class TransactionLog:
                     self._delete_quietly([intent_path(req.id)])
                 if won is not None:
                     self._after_win(*won)
-                    if intentable:
-                        self._serve()
+                    if intentable and (won[1] or wrote_intent):
+                        self._serve()  # others are waiting: keep the log moving for them
                 return result
             attempt += 1
             if intentable and not wrote_intent:
@@ -400,7 +432,10 @@ class TransactionLog:
                 if wrote_intent:
                     raise CommitStateUnknownError(msg + "; its intent may still be decided")
                 raise ConcurrentCommitError(msg + "; the store is too contended")
-            if wrote_intent:
+            if wrote_intent and attempt == 1:
+                idle = IDLE_POLLS  # just queued after a lost race: one more try at once (jittered), with the queue
+                time.sleep(random.uniform(0, 0.8) * POLL_S)
+            elif wrote_intent:
                 idle = idle + 1 if self.state.seq == last_seq else 0
                 last_seq = self.state.seq
                 time.sleep(random.uniform(0.5, 1.5) * POLL_S)
@@ -420,7 +455,7 @@ class TransactionLog:
         return False, None
 
     def _attempt(
-        self, req: Request, intentable: bool, *, queue: bool = False
+        self, req: Request, intentable: bool, *, queue: bool = False, fresh: bool = False
     ) -> tuple[tuple[LogEntry, list[str]] | None, Outcome | None]:
         """One try: refresh, decide ``req`` and the waiting intents, create the next entry. With ``queue``, do not
         try when other intents are already waiting (a writer serving them will decide ``req`` too).
@@ -432,15 +467,18 @@ class TransactionLog:
         with self._lock:
             listing = parallel.submit(lambda: self.store.list(TXN_INTENTS)) if intentable else None
             try:
-                self._catch_up()
+                if not self._opened:
+                    self._open()
+                elif not (fresh and time.monotonic() - self._refreshed < JUST_READ_S):
+                    self._catch_up()
             finally:
                 names = listing() if listing is not None else []
             got = self._outcome(req)
             if got is not None:
                 return None, got
-            others = self._waiting(names, req.id)
-            if queue and others:
+            if queue and self._undecided(names, req.id):
                 return None, None
+            others = self._waiting(names, req.id)
             if decide(req, self.state.copy(), max(now_ms(), self.state.ts)) is None:
                 return None, Outcome("noop", reason=f"request {req.id} has nothing left to decide")
             won = self._append([req, *others])
@@ -461,15 +499,23 @@ class TransactionLog:
         before returning."""
         until = time.monotonic() + SERVE_S
         pending: list[Callable[[], None]] = []
+        looked_again = False
         try:
             while time.monotonic() < until:
                 try:
                     with self._lock:
                         names = self.store.list(TXN_INTENTS)
                         others = self._waiting(names, "")
-                        if not others:
+                        if not others and looked_again:
                             return
-                        won = self._append(others)
+                        if not others:
+                            looked_again = True  # losers of the last race may be writing their intents now
+                            won = None
+                        else:
+                            won = self._append(others)
+                    if not others:
+                        time.sleep(POLL_S)
+                        continue
                 except (StoreError, CorruptLogError) as exc:
                     log.debug("stopped appending for waiting intents: %s", exc)
                     return
@@ -537,8 +583,8 @@ class TransactionLog:
             self._intents.pop(rid, None)
         return entry, decided
 
-    def _waiting(self, names: list[str], own: str) -> list[Request]:
-        """The undecided intents among ``names`` (fetched once each, in parallel), oldest name first."""
+    def _undecided(self, names: list[str], own: str) -> list[str]:
+        """The intent ids among ``names`` (a listing of ``_txn/intents/``) not known to be decided, by name."""
         ids = []
         for name in names:
             if not name.endswith(".json"):
@@ -547,7 +593,11 @@ class TransactionLog:
             if rid == own or rid in self._decisions or decided_by_name(rid, self.state):
                 continue
             ids.append(rid)
-        ids = ids[:MAX_INTENTS_PER_ENTRY]
+        return ids
+
+    def _waiting(self, names: list[str], own: str) -> list[Request]:
+        """The undecided intents among ``names`` (fetched once each, in parallel), oldest name first."""
+        ids = self._undecided(names, own)[:MAX_INTENTS_PER_ENTRY]
         self._intents = {rid: r for rid, r in self._intents.items() if rid in ids}
         new = [rid for rid in ids if rid not in self._intents]
 
@@ -600,7 +650,8 @@ class TransactionLog:
             known = self.checkpoint_seq
         if st.seq < 0 or st.seq <= known:
             return
-        self._learn_checkpoint()
+        if time.monotonic() - self._loaded_at > RECENT_S:
+            self._learn_checkpoint()  # another process may have written newer ones since this one looked
         known = max(known, self.checkpoint_seq)
         if st.seq <= known:
             return
@@ -608,8 +659,10 @@ class TransactionLog:
         ensure_records(self.store, entries)
         self._partition_checkpoints(entries)
         faults.point("txnlog.checkpoint.before")
-        data = encode_json({"v": FORMAT_VERSION, **st.to_json()})
-        self.store.put(txn_checkpoint_path(st.seq), data)
+        data = encode_json({"v": FORMAT_VERSION, **st.to_json(), "verified": verified_writes()})
+        span = self.checkpoint_interval * NUMBERED_EVERY
+        if not self.checkpoint_interval or (st.seq + 1) % span == 0:
+            self.store.put(txn_checkpoint_path(st.seq), data)  # numbered ones: fallback and truncation points
         self.store.put(LAST_CHECKPOINT, data)
         faults.point("txnlog.checkpoint.after")
         with self._lock:

@@ -1,0 +1,374 @@
+"""Scale benchmark (issue "commits that do not queue behind one chain"): on a store that adds S3-like latency per
+request (``latency_store.LatencyStore`` over a real backend), side by side in one run:
+
+1. store-wide commits/s with N producers, each writing its own partition (threads in one process, or processes);
+2. commit latency of a transaction touching 64 partitions against one touching 1;
+3. requests a Spark micro-batch commit makes in a fresh process (the stream sink's ``streamWriter()`` + ``commit``);
+4. requests a long-lived consumer's poll makes after 1,000 new commits elsewhere;
+5. serial round trips of a snapshot of a topic with 256 partitions (fresh process);
+6. checkpoint size and objects under ``_txn/`` after many commits and batch jobs (memory store, no latency).
+
+    python bench/bench_scale.py [--seconds 10] [--producers 1,16,64] [--processes] [--backend memory|local|s3]
+                                [--state-commits 100000] [--state-jobs 10000]
+
+Prints one table per measure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import pyarrow as pa  # noqa: E402
+from latency_store import LatencyStore  # noqa: E402
+
+from coordinator import (  # noqa: E402
+    Consumer,
+    MemoryStore,
+    Producer,
+    Store,
+    TransactionCoordinator,
+    create_topic,
+    open_store,
+)
+from coordinator.segments import stage_segment  # noqa: E402
+
+SCHEMA = pa.schema([("v", pa.int64())])
+
+
+@contextmanager
+def backend(kind: str) -> Iterator[Callable[[], Store]]:
+    """A fresh store root; yields a function opening a new (raw, latency-free) store object on it."""
+    if kind == "memory":
+        url = f"memory://scale-{uuid.uuid4().hex}"
+        try:
+            yield lambda: open_store(url)
+        finally:
+            MemoryStore.drop(url)
+    elif kind == "local":
+        with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR", "/tmp")) as d:
+            yield lambda: open_store("file://" + d)
+    else:
+        from bench_core import s3_endpoint
+
+        with s3_endpoint() as (url, opts):
+            yield lambda: open_store(url, opts)
+
+
+def lat(raw: Store) -> LatencyStore:
+    return LatencyStore(raw)
+
+
+# -- 1. throughput ---------------------------------------------------------------------------------------------------
+
+
+def _produce(store: Store, i: int, start: float, seconds: float) -> tuple[int, int, list[float]]:
+    p = Producer(store, f"p{i}")
+    p.init_transactions()
+    with p.transaction():  # warm up: imports, encoders, the log's view
+        p.send("t", [{"v": i}], partition=i)
+    while time.time() < start:
+        time.sleep(0.002)
+    done = fails = 0
+    lat_s: list[float] = []
+    while time.time() < start + seconds:
+        t0 = time.monotonic()
+        try:
+            with p.transaction():
+                p.send("t", [{"v": i}], partition=i)
+            done += 1
+            lat_s.append(time.monotonic() - t0)
+        except Exception as exc:  # noqa: BLE001 - counted as a failure and reported
+            fails += 1
+            print(f"producer {i}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    return done, fails, lat_s
+
+
+def _proc_main(url: str, opts: dict[str, str], i: int, ready: Any, go: Any, seconds: float, out: Any) -> None:
+    store = lat(open_store(url, opts))
+    p = Producer(store, f"p{i}")
+    p.init_transactions()
+    with p.transaction():
+        p.send("t", [{"v": i}], partition=i)
+    ready.release()
+    start = go.get()
+    go.put(start)
+    out.put(_produce_ready(p, i, start, seconds))
+
+
+def _produce_ready(p: Producer, i: int, start: float, seconds: float) -> tuple[int, int, list[float]]:
+    while time.time() < start:
+        time.sleep(0.002)
+    done = fails = 0
+    lat_s: list[float] = []
+    while time.time() < start + seconds:
+        t0 = time.monotonic()
+        try:
+            with p.transaction():
+                p.send("t", [{"v": i}], partition=i)
+            done += 1
+            lat_s.append(time.monotonic() - t0)
+        except Exception:  # noqa: BLE001 - counted as a failure
+            fails += 1
+    return done, fails, lat_s
+
+
+def throughput(kind: str, n: int, seconds: float, processes: bool) -> dict[str, float]:
+    with backend(kind) as fresh:
+        create_topic(fresh(), "t", SCHEMA, n)
+        results: list[tuple[int, int, list[float]]] = []
+        if processes:
+            raw = fresh()
+            url, opts = raw.url, {}
+            ready, go, out = mp.Semaphore(0), mp.Queue(), mp.Queue()
+            procs = [mp.Process(target=_proc_main, args=(url, opts, i, ready, go, seconds, out)) for i in range(n)]
+            for pr in procs:
+                pr.start()
+            for _ in procs:
+                ready.acquire()
+            go.put(time.time() + 1.0)
+            results = [out.get() for _ in procs]
+            for pr in procs:
+                pr.join()
+        else:
+            start = time.time() + 2.0 + 0.05 * n
+            lock = threading.Lock()
+
+            def run(i: int) -> None:
+                got = _produce(lat(fresh()), i, start, seconds)
+                with lock:
+                    results.append(got)
+
+            threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        done = sum(r[0] for r in results)
+        lats = sorted(x for r in results for x in r[2])
+        entries = len(fresh().list("_txn/log"))
+        return {"producers": n, "commits_per_s": done / seconds, "failures": sum(r[1] for r in results),
+                "p50_ms": 1000 * lats[len(lats) // 2] if lats else 0.0,
+                "p95_ms": 1000 * lats[int(len(lats) * 0.95)] if lats else 0.0, "entries": entries}
+
+
+# -- 2. commit latency by touched partitions ---------------------------------------------------------------------------
+
+
+def wide_commit(kind: str, partitions: int, commits: int = 10) -> dict[str, float]:
+    with backend(kind) as fresh:
+        create_topic(fresh(), "w", SCHEMA, 64)
+        store = lat(fresh())
+        coord = TransactionCoordinator(store)
+        ident = coord.init_producer("wide")
+        times = []
+        tbl = pa.table({"v": [1]}, schema=SCHEMA)
+        for n in range(commits):
+            segs = [stage_segment(store, "w", p, tbl, f"{ident.txn_id(n)}~{p}") for p in range(partitions)]
+            store.trace.clear()
+            t0 = time.monotonic()
+            coord.commit(ident, ident.txn_id(n), segs)
+            times.append(time.monotonic() - t0)
+        return {"partitions": partitions, "median_ms": 1000 * statistics.median(times),
+                "round_trips": store.trace.round_trips(), "requests": store.trace.requests()}
+
+
+# -- 3. a Spark micro-batch commit in a fresh process ----------------------------------------------------------------
+
+
+def spark_commit_requests(kind: str, history: int = 50) -> dict[str, float]:
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from txnsink import make_stream_writer
+    from txnsink.staging import TaskIds
+
+    with backend(kind) as fresh:
+        raw = fresh()
+        create_topic(raw, "s", SCHEMA, 2)
+        p = Producer(raw, "history")
+        p.init_transactions()
+        for i in range(history):
+            with p.transaction():
+                p.send("s", [{"v": i}], partition=i % 2)
+        schema = StructType([StructField("v", LongType())])
+        opts = {"path": raw.url, "topic": "s"}
+        qid = str(uuid.uuid4())
+        counts = []
+        for batch in range(5):
+            planner = make_stream_writer(opts, schema, False)  # the driver's planning worker
+            msg = planner.stage(iter(pa.table({"v": [batch]}, schema=SCHEMA).to_batches()),
+                                TaskIds(batch % 2, 0, batch, qid, batch))
+            from coordinator import store as store_module
+
+            store_module._PROBED.clear()  # a fresh process has verified nothing yet
+            import txnsink.plan as plan_module
+
+            box: list[Store] = []
+            real_open = plan_module.open_store
+
+            def counting_open(*a: Any, **k: Any) -> Store:
+                st = real_open(*a, **k)
+                box.append(st)
+                return st
+
+            import txnsink.stream as stream_module
+
+            plan_module.open_store = counting_open  # type: ignore[assignment]
+            stream_module.open_store = counting_open  # type: ignore[assignment]
+            try:
+                committer = make_stream_writer(opts, schema, False)  # the fresh commit worker
+                committer.commit([msg], batch)
+            finally:
+                plan_module.open_store = real_open  # type: ignore[assignment]
+                stream_module.open_store = real_open  # type: ignore[assignment]
+            counts.append(sum(st.counters.total() for st in box))
+        return {"history_commits": history, "median_requests": statistics.median(counts), "max_requests": max(counts)}
+
+
+# -- 4. a consumer poll after 1,000 commits elsewhere ----------------------------------------------------------------
+
+
+def poll_requests(kind: str, commits: int = 1000) -> dict[str, float]:
+    with backend(kind) as fresh:
+        raw = fresh()
+        create_topic(raw, "mine", SCHEMA, 1)
+        create_topic(raw, "other", SCHEMA, 4)
+        p = Producer(raw, "w")
+        p.init_transactions()
+        with p.transaction():
+            p.send("mine", [{"v": 1}])
+        cstore = fresh()
+        c = Consumer(cstore)
+        c.subscribe(["mine"])
+        assert c.poll().num_rows == 1
+        for i in range(commits):
+            with p.transaction():
+                p.send("other", [{"v": i}], partition=i % 4)
+        with p.transaction():
+            p.send("mine", [{"v": 2}])
+        cstore.counters.reset()
+        got = c.poll()
+        return {"commits_elsewhere": commits, "rows": got.num_rows, "requests": cstore.counters.total()}
+
+
+# -- 5. snapshot of 256 partitions ------------------------------------------------------------------------------------
+
+
+def snapshot_round_trips(kind: str, partitions: int = 256) -> dict[str, float]:
+    with backend(kind) as fresh:
+        raw = fresh()
+        create_topic(raw, "wide", SCHEMA, partitions)
+        p = Producer(raw, "w")
+        p.init_transactions()
+        for i in range(20):
+            with p.transaction():
+                p.send("wide", [{"v": j} for j in range(partitions)], key="v")
+        store = lat(fresh())
+        t0 = time.monotonic()
+        snap = TransactionCoordinator(store).snapshot(["wide"])
+        wall = time.monotonic() - t0
+        return {"partitions": len(snap.ends["wide"]), "round_trips": store.trace.round_trips(),
+                "requests": store.trace.requests(), "wall_ms": 1000 * wall}
+
+
+# -- 6. bounded state -------------------------------------------------------------------------------------------------
+
+
+def bounded_state(commits: int, jobs: int, producers: int = 16) -> dict[str, float]:
+    """``commits`` producer commits spread over ``producers`` transactional ids and partitions, then ``jobs`` Spark
+    batch jobs (an ephemeral producer each), through the real protocol on the memory store; segments are not
+    written (their references are): the log, checkpoints and records are."""
+    from coordinator.records import SegmentRef
+
+    url = f"memory://state-{uuid.uuid4().hex}"
+    try:
+        store = open_store(url)
+        create_topic(store, "t", SCHEMA, producers)
+        coord = TransactionCoordinator(store)
+        idents = [coord.init_producer(f"p{i}") for i in range(producers)]
+        t0 = time.monotonic()
+        for n in range(commits):
+            ident = idents[n % producers]
+            k = n // producers
+            seg = SegmentRef("t", n % producers, f"topics/t/{n % producers}/data/{ident.txn_id(k)}~x.parquet",
+                             1, 100, 0)
+            coord.commit(ident, ident.txn_id(k), [seg])
+            if n and n % 50_000 == 0:
+                coord.log.truncate(grace_ms=0)
+                print(f"  {n} commits, {time.monotonic() - t0:.0f} s", file=sys.stderr)
+        for j in range(jobs):
+            ident = coord.init_producer(f"spark-batch-{uuid.uuid4().hex}", ephemeral=True)
+            seg = SegmentRef("t", j % producers, f"topics/t/{j % producers}/data/{ident.txn_id(0)}~s.parquet",
+                             1, 100, 0)
+            coord.commit(ident, ident.txn_id(0), [seg], end_producer=True)
+        coord.log.write_checkpoint()
+        coord.log.truncate(grace_ms=0)
+        last = store.get("_txn/checkpoint/_last.json")
+        txn_objects = len(store.list_info("_txn"))
+        return {"commits": commits, "batch_jobs": jobs, "checkpoint_bytes": len(last), "objects_under_txn": txn_objects,
+                "producers_in_state": len(coord.log.state.producers), "seconds": time.monotonic() - t0}
+    finally:
+        MemoryStore.drop(url)
+
+
+# -- main --------------------------------------------------------------------------------------------------------------
+
+
+def table(title: str, rows: list[dict[str, Any]]) -> None:
+    print(f"\n{title}")
+    if not rows:
+        return
+    cols = list(rows[0])
+    print(" | ".join(cols))
+    for r in rows:
+        print(" | ".join(f"{r[c]:.1f}" if isinstance(r[c], float) else str(r[c]) for c in cols))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--producers", default="1,16,64")
+    ap.add_argument("--processes", action="store_true", help="one OS process per producer (local or s3 backend)")
+    ap.add_argument("--backend", default="memory", choices=["memory", "local", "s3"])
+    ap.add_argument("--state-commits", type=int, default=100_000)
+    ap.add_argument("--state-jobs", type=int, default=10_000)
+    ap.add_argument("--only", default="1,2,3,4,5,6", help="which measures to run")
+    args = ap.parse_args(argv)
+    only = set(args.only.split(","))
+    kind = args.backend
+    if args.processes and kind == "memory":
+        kind = "local"
+    print(f"backend {kind} + latency (ms) {LatencyStore(MemoryStore('memory://x')).latency_ms}")
+    if "1" in only:
+        table("1. store-wide commits/s, producers on their own partitions",
+              [throughput(kind, int(n), args.seconds, args.processes) for n in args.producers.split(",")])
+    if "2" in only:
+        one, wide = wide_commit(kind, 1), wide_commit(kind, 64)
+        table("2. commit latency by partitions touched", [one, wide])
+        print(f"ratio 64 / 1: {wide['median_ms'] / one['median_ms']:.2f}x")
+    if "3" in only:
+        table("3. requests of one Spark micro-batch commit in a fresh process", [spark_commit_requests(kind)])
+    if "4" in only:
+        table("4. requests of a consumer poll after 1,000 new commits", [poll_requests(kind)])
+    if "5" in only:
+        table("5. snapshot of a 256-partition topic from a fresh process", [snapshot_round_trips(kind)])
+    if "6" in only:
+        table("6. bounded state (memory store, no latency)", [bounded_state(args.state_commits, args.state_jobs)])
+    return 0
+
+
+if __name__ == "__main__":
+    mp.set_start_method("fork")
+    sys.exit(main())
