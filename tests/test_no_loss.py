@@ -155,7 +155,7 @@ def test_sink_abort_after_an_unknown_commit_keeps_the_committed_files(
 def _stage_batch(w: Any, store: Store, ids: list[int], n: int) -> Any:
     from txnsink.staging import stage_batches
 
-    return stage_batches(store, w.plan.meta, (), arrow_rows(ids, "a"), task(n), w.txn)
+    return stage_batches(store, w.plan, arrow_rows(ids, "a"), task(n), w.txn)
 
 
 def test_commit_past_its_commit_point_never_fails_on_derived_writes(backend: Backend) -> None:

@@ -63,13 +63,14 @@ class TxnBatchWriter(DataSourceArrowWriter):
 
     def __repr__(self) -> str:
         return (
-            f"TxnBatchWriter(store={self.plan.url!r}, topic={self.plan.meta.name!r}, "
+            f"TxnBatchWriter(store={self.plan.url!r}, topic={self.plan.label!r}, "
             f"transactional_id={self.ident.tid!r}, txn={self.txn!r})"
         )
 
     def _coordinator(self) -> TransactionCoordinator:
         coord = TransactionCoordinator(open_store(self.plan.url, self.plan.options.store, probe=False))
-        coord.know_topic(self.plan.meta)
+        if self.plan.meta is not None:
+            coord.know_topic(self.plan.meta)
         return coord
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
@@ -80,8 +81,7 @@ class TxnBatchWriter(DataSourceArrowWriter):
             StoreError: the store failed.
         """
         store = open_store(self.plan.url, self.plan.options.store, probe=False)
-        return stage_batches(store, self.plan.meta, self.plan.options.partition_key, iterator, TaskIds.current(),
-                             self.txn)
+        return stage_batches(store, self.plan, iterator, TaskIds.current(), self.txn)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Publish every segment the messages name, as one transaction (with ``txnAppId``/``txnVersion``, only if

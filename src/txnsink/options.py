@@ -40,7 +40,7 @@ class SinkOptions:
 
     Attributes:
         root: the store root URL (``save(path)`` / ``start(path)`` or option ``path``).
-        topic: the topic written.
+        topic: the topic written (None: each row names its topic in a ``topic`` column).
         num_partitions: partitions of the topic when this write creates it (None: 1).
         partition_key: columns hashed to choose a row's partition (empty: rows are spread evenly).
         transactional_id: stable transactional id, or None (batch: a fresh id per job; stream: derived from the
@@ -54,7 +54,7 @@ class SinkOptions:
     """
 
     root: str
-    topic: str
+    topic: str | None
     num_partitions: int | None = None
     partition_key: tuple[str, ...] = ()
     transactional_id: str | None = None
@@ -94,13 +94,12 @@ def parse_options(options: Mapping[str, str]) -> SinkOptions:
         raise InvalidOptionError(
             "option path (the store root URL) is missing: use save('<root>') / start('<root>') or option('path', ...)"
         )
-    topic = lower.get("topic", "").strip()
-    if not topic:
-        raise InvalidOptionError("option topic is required for txnlog writes")
-    try:
-        check_name("topic", topic)
-    except InvalidOptionError as exc:
-        raise InvalidOptionError(f"option topic={topic!r} is invalid: {exc}") from None
+    topic = lower.get("topic", "").strip() or None
+    if topic is not None:
+        try:
+            check_name("topic", topic)
+        except InvalidOptionError as exc:
+            raise InvalidOptionError(f"option topic={topic!r} is invalid: {exc}") from None
     num: int | None = None
     if "numpartitions" in lower:
         num = _int_option("numPartitions", lower["numpartitions"], 1, MAX_PARTITIONS)

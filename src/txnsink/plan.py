@@ -1,11 +1,22 @@
 """Driver-side preparation shared by the batch and streaming writers: parse the options, open the store, and
-create the topic or check that the DataFrame fits it, all before any task runs."""
+create the topic or check that the DataFrame fits it, all before any task runs.
+
+Which topic a row goes to: the ``topic`` option when set (as in Spark's Kafka sink, it wins over a ``topic``
+column), else the row's ``topic`` column (a string column), so one job or micro-batch can write several topics
+in one transaction. A ``partition`` column (an integer column) picks the row's partition; otherwise the
+``partitionKey`` columns are hashed with the topic's partitioner, or, without a key, each task writes to one
+partition (rotating as its segments fill), so T tasks write about T files, not T x partitions. Routing columns are
+not stored; a topic that has columns of those names keeps them as data.
+"""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+import pyarrow as pa
 
 from coordinator import (
     InvalidOptionError,
@@ -19,68 +30,126 @@ from coordinator import (
 )
 from coordinator.partitioner import check_key
 from txnsink.options import SinkOptions, parse_options
-from txnsink.types import check_compatible, spark_to_arrow
+from txnsink.types import check_compatible, nullable, spark_to_arrow
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql.types import StructType
 
-__all__ = ["WritePlan", "ensure_topic", "plan_write"]
+__all__ = ["TOPIC_COLUMN", "PARTITION_COLUMN", "WritePlan", "ensure_topic", "plan_write"]
+
+TOPIC_COLUMN = "topic"
+PARTITION_COLUMN = "partition"
 
 
 @dataclass(frozen=True)
 class WritePlan:
-    """What the driver settled before the tasks run: the options, the store's normalised URL and the topic."""
+    """What the driver settled before the tasks run.
+
+    Attributes:
+        options: the parsed options.
+        url: the store's normalised URL.
+        meta: the topic of the ``topic`` option (None: rows name their topic in ``topic_column``).
+        data: the Arrow schema of the data columns (routing columns removed), named as in the DataFrame.
+        renames: DataFrame column -> topic column where the names differ in case only.
+        topic_column, partition_column: the DataFrame's routing columns, if any.
+        rotation: where this write's tasks start placing rows without a key (task ``i`` writes partition
+            ``(rotation + i) % partitions``), drawn per write so repeated small jobs spread over every partition.
+    """
 
     options: SinkOptions
     url: str
-    meta: TopicMeta
+    meta: TopicMeta | None
+    data: pa.Schema
+    renames: dict[str, str] = field(default_factory=dict)
+    topic_column: str | None = None
+    partition_column: str | None = None
+    rotation: int = 0
+
+    @property
+    def label(self) -> str:
+        """The topic written, for reprs and messages."""
+        return self.meta.name if self.meta is not None else f"<column {self.topic_column}>"
 
 
-def ensure_topic(store: Store, cfg: SinkOptions, schema: pa.Schema) -> TopicMeta:
-    """The topic ``cfg.topic``: created from ``schema`` with ``cfg.num_partitions`` (default 1) partitions when
-    it does not exist, otherwise checked against ``schema``.
+def ensure_topic(store: Store, cfg: SinkOptions, name: str, schema: pa.Schema) -> TopicMeta:
+    """Topic ``name``: created from ``schema`` (every column nullable) with ``cfg.num_partitions`` (default 1)
+    partitions when it does not exist.
 
     Raises:
-        SchemaMismatchError: the existing topic's schema does not fit ``schema``.
         InvalidOptionError: ``numPartitions`` differs from the existing topic's partition count, or a column
             name is reserved (starts with ``_``).
     """
     try:
-        meta = get_topic(store, cfg.topic)
+        meta = get_topic(store, name)
     except TopicNotFoundError:
         try:
-            return create_topic(store, cfg.topic, schema, cfg.num_partitions or 1)
+            return create_topic(store, name, nullable(schema), cfg.num_partitions or 1)
         except TopicExistsError:  # created concurrently by another writer
-            meta = get_topic(store, cfg.topic)
-    check_compatible(schema, meta)
+            meta = get_topic(store, name)
     if cfg.num_partitions is not None and cfg.num_partitions != meta.partitions:
         raise InvalidOptionError(
-            f"option numPartitions={cfg.num_partitions} but topic {cfg.topic!r} already exists with "
+            f"option numPartitions={cfg.num_partitions} but topic {name!r} already exists with "
             f"{meta.partitions} partitions; numPartitions applies only when a write creates the topic"
         )
     return meta
+
+
+def _column(schema: pa.Schema, name: str, kind: str) -> str | None:
+    """The DataFrame column named ``name`` (any case) if it has the routing type ``kind``."""
+    for f in schema:
+        if f.name.lower() == name:
+            ok = pa.types.is_string(f.type) or pa.types.is_large_string(f.type) if kind == "string" \
+                else pa.types.is_integer(f.type)
+            return f.name if ok else None
+    return None
 
 
 def plan_write(options: Mapping[str, str], schema: StructType) -> tuple[WritePlan, Store]:
     """Parse ``options``, open the store and ensure the topic for a DataFrame of ``schema``.
 
     Raises:
-        InvalidOptionError: bad options (named), an unsupported store URL, or a ``partitionKey`` column that is
-            not in the DataFrame or has a type the topic's partitioner cannot hash.
+        InvalidOptionError: bad options (named), an unsupported store URL, no ``topic`` option and no ``topic``
+            column, or a ``partitionKey`` column that is not in the DataFrame or cannot be hashed.
         SchemaMismatchError: the DataFrame does not fit the existing topic.
-        UnsupportedStoreError: the store does not honour conditional writes.
     """
     cfg = parse_options(options)
     arrow = spark_to_arrow(schema)
-    missing = [c for c in cfg.partition_key if arrow.get_field_index(c) < 0]
+    topic_col = _column(arrow, TOPIC_COLUMN, "string")
+    part_col = _column(arrow, PARTITION_COLUMN, "integer")
+    store = open_store(cfg.root, cfg.store)
+    meta: TopicMeta | None = None
+    if cfg.topic is not None:
+        try:
+            existing: TopicMeta | None = get_topic(store, cfg.topic)
+        except TopicNotFoundError:
+            existing = None
+        # a routing column the topic does not hold is routing; a new topic takes every column as data
+        topic_col = topic_col if existing is not None and existing.schema.get_field_index(topic_col or "") < 0 \
+            else None
+        part_col = part_col if existing is not None and existing.schema.get_field_index(part_col or "") < 0 \
+            else None
+    elif topic_col is None:
+        raise InvalidOptionError(
+            "option topic is missing and the DataFrame has no string column named topic: name the topic with "
+            ".option('topic', ...) or give each row its topic in a 'topic' column"
+        )
+    data = pa.schema([f for f in arrow if f.name not in (topic_col, part_col)])
+    missing = [c for c in cfg.partition_key if data.get_field_index(c) < 0]
     if missing:
         raise InvalidOptionError(
-            f"option partitionKey={','.join(cfg.partition_key)!r}: columns {missing} are not in the DataFrame "
-            f"(columns: {arrow.names})"
+            f"option partitionKey={','.join(cfg.partition_key)!r}: columns {missing} are not data columns of the "
+            f"DataFrame (columns: {data.names})"
         )
-    store = open_store(cfg.root, cfg.store)
-    meta = ensure_topic(store, cfg, arrow)
-    if cfg.partition_key:
-        check_key(meta, cfg.partition_key)
-    return WritePlan(cfg, store.url, meta), store
+    renames: dict[str, str] = {}
+    if cfg.topic is not None:
+        meta = ensure_topic(store, cfg, cfg.topic, data)
+        renames = check_compatible(data, meta)
+        if cfg.partition_key:
+            check_key(meta, tuple(renames.get(c, c) for c in cfg.partition_key))
+    if cfg.partition_key and part_col is not None:
+        raise InvalidOptionError(
+            f"option partitionKey={','.join(cfg.partition_key)!r} and the DataFrame's {part_col!r} column both "
+            "choose partitions; give one of them"
+        )
+    rotation = random.randrange(1 << 30)
+    return WritePlan(cfg, store.url, meta, data, renames, topic_col, part_col, rotation), store

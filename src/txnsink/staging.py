@@ -11,13 +11,19 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import WriterCommitMessage
 
-from coordinator import SegmentRef, Store, TopicMeta, conform, stage_segment
+from coordinator import InvalidOptionError, SegmentRef, Store, TopicMeta, check_name, conform, stage_segment
 from coordinator.layout import segment_name
-from coordinator.partitioner import partition_for
+from coordinator.partitioner import check_key, partition_for
+
+if TYPE_CHECKING:
+    from txnsink.plan import WritePlan
 
 __all__ = ["SEGMENT_TARGET_BYTES", "SinkMessage", "TaskIds", "delete_segments", "gather", "stage_batches"]
 
@@ -95,27 +101,14 @@ def delete_segments(store: Store, segments: Iterable[SegmentRef]) -> int:
     return n
 
 
-def _split_even(table: pa.Table, partitions: int, start: int) -> list[tuple[int, pa.Table]]:
-    """Contiguous, near-equal slices of ``table`` for partitions ``start, start+1, ...`` (zero-copy)."""
-    n = table.num_rows
-    base, rem = divmod(n, partitions)
-    out = []
-    pos = 0
-    for j in range(partitions):
-        size = base + (1 if j < rem else 0)
-        if size:
-            out.append(((start + j) % partitions, table.slice(pos, size)))
-        pos += size
-    return out
-
-
 def _split_keyed(table: pa.Table, meta: TopicMeta, key: Sequence[str]) -> list[tuple[int, pa.Table]]:
     """Rows grouped by the topic's partitioner over the key columns (as the Python producer groups them), keeping
     each partition's rows in input order."""
-    import numpy as np
+    parts = partition_for(table, list(key), meta.partitions, meta)
+    return _group(table, np.asarray(parts, dtype=np.int64), meta.partitions)
 
-    partitions = meta.partitions
-    parts = partition_for(table, list(key), partitions, meta)
+
+def _group(table: pa.Table, parts: np.ndarray, partitions: int) -> list[tuple[int, pa.Table]]:
     order = np.argsort(parts, kind="stable")
     counts = np.bincount(parts, minlength=partitions)
     ordered = table.take(pa.array(order))
@@ -129,59 +122,133 @@ def _split_keyed(table: pa.Table, meta: TopicMeta, key: Sequence[str]) -> list[t
     return out
 
 
+def _split_given(table: pa.Table, meta: TopicMeta, column: pa.ChunkedArray, name: str) -> list[tuple[int, pa.Table]]:
+    """Rows placed by the DataFrame's partition column.
+
+    Raises:
+        InvalidOptionError: a null, or a partition the topic does not have.
+    """
+    if column.null_count:
+        raise InvalidOptionError(f"column {name!r} holds nulls; every row it routes needs a partition")
+    parts = column.to_numpy().astype(np.int64)
+    bad = parts[(parts < 0) | (parts >= meta.partitions)]
+    if len(bad):
+        raise InvalidOptionError(
+            f"column {name!r} names partition {int(bad[0])} of topic {meta.name!r}, which has {meta.partitions}"
+        )
+    return _group(table, parts, meta.partitions)
+
+
+class _Topics:
+    """Topic definitions a task needs, read (or, for a topic the write creates, created) once per task."""
+
+    def __init__(self, store: Store, plan: WritePlan) -> None:
+        self.store = store
+        self.plan = plan
+        self.metas: dict[str, tuple[TopicMeta, dict[str, str]]] = {}
+        if plan.meta is not None:
+            self.metas[plan.meta.name] = (plan.meta, plan.renames)
+
+    def get(self, name: str) -> tuple[TopicMeta, dict[str, str]]:
+        got = self.metas.get(name)
+        if got is None:
+            from txnsink.plan import ensure_topic
+            from txnsink.types import check_compatible
+
+            check_name("topic", name)
+            meta = ensure_topic(self.store, self.plan.options, name, self.plan.data)
+            renames = check_compatible(self.plan.data, meta)
+            if self.plan.options.partition_key:
+                check_key(meta, tuple(renames.get(c, c) for c in self.plan.options.partition_key))
+            got = self.metas[name] = (meta, renames)
+        return got
+
+
+def _by_topic(batch: pa.Table, plan: WritePlan) -> list[tuple[str, pa.Table]]:
+    """The batch's rows per topic (the option's topic, or the rows' topic column)."""
+    if plan.meta is not None:
+        return [(plan.meta.name, batch)]
+    assert plan.topic_column is not None
+    col = batch.column(plan.topic_column)
+    if col.null_count:
+        raise InvalidOptionError(f"column {plan.topic_column!r} holds nulls; every row needs a topic")
+    out = []
+    for name in pc.unique(col).to_pylist():
+        rows = batch.filter(pc.equal(col, name))
+        out.append((str(name), rows))
+    return out
+
+
 def stage_batches(
     store: Store,
-    meta: TopicMeta,
-    key: Sequence[str],
+    plan: WritePlan,
     batches: Iterator[pa.RecordBatch],
     ids: TaskIds,
     txn: str,
     *,
     target_bytes: int = SEGMENT_TARGET_BYTES,
 ) -> SinkMessage:
-    """Conform each batch to the topic's schema, split it over the partitions (by the hash of ``key``, or
-    evenly) and stage a segment per partition whenever its buffer reaches ``target_bytes``, and at the end. File
-    names start with the transaction id ``txn`` (so GC can tell from a name whether a commit may still name it).
+    """Route each batch's rows to their topics and partitions (see :mod:`txnsink.plan`), conform them to each
+    topic's schema and stage a segment per (topic, partition) whenever its buffer reaches ``target_bytes``, and at
+    the end. File names start with the transaction id ``txn`` (so GC can tell from a name whether a commit may still
+    name it).
 
-    If anything fails, the segments this call staged are deleted (best effort) before the error propagates.
+    If anything fails, the segments this call staged are deleted (best effort) before the error propagates: no
+    commit message names them, so nothing can.
 
     Raises:
-        SchemaMismatchError: a batch does not fit the topic (e.g. a null in a non-nullable column).
+        SchemaMismatchError: rows do not fit their topic (e.g. a null in a non-nullable column).
+        InvalidOptionError: a row names no topic, an invalid topic or a partition its topic does not have.
         StoreError: the store failed.
     """
-    buffers: dict[int, list[pa.Table]] = {}
-    sizes: dict[int, int] = {}
+    topics = _Topics(store, plan)
+    key = plan.options.partition_key
+    buffers: dict[tuple[str, int], list[pa.Table]] = {}
+    sizes: dict[tuple[str, int], int] = {}
     staged: list[SegmentRef] = []
     rows = 0
-    rr = ids.partition % meta.partitions
+    #: without a key, the one partition of each topic this task writes to now (moves on as segments fill)
+    current: dict[str, int] = {}
     tag = uuid.uuid4().hex[:16]
     prefix = segment_name(txn, f"spark-{ids.partition:05d}-{ids.attempt}-{ids.task_attempt}-{tag}")
 
-    def flush(p: int) -> None:
-        tables = buffers.pop(p, [])
-        sizes.pop(p, None)
+    def flush(tp: tuple[str, int]) -> None:
+        tables = buffers.pop(tp, [])
+        sizes.pop(tp, None)
         if tables:
             name = f"{prefix}-{len(staged):05d}"
-            staged.append(stage_segment(store, meta.name, p, pa.concat_tables(tables), name))
+            staged.append(stage_segment(store, tp[0], tp[1], pa.concat_tables(tables), name))
 
     try:
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            table = conform(pa.Table.from_batches([batch]), meta)
-            rows += table.num_rows
-            if key:
-                pieces = _split_keyed(table, meta, key)
-            else:
-                pieces = _split_even(table, meta.partitions, rr)
-                rr = (rr + table.num_rows % meta.partitions) % meta.partitions
-            for p, sub in pieces:
-                buffers.setdefault(p, []).append(sub)
-                sizes[p] = sizes.get(p, 0) + sub.nbytes
-                if sizes[p] >= target_bytes:
-                    flush(p)
-        for p in sorted(buffers):
-            flush(p)
+            whole = pa.Table.from_batches([batch])
+            for name, part in _by_topic(whole, plan):
+                meta, renames = topics.get(name)
+                given = part.column(plan.partition_column) if plan.partition_column is not None else None
+                data = part.select(plan.data.names)
+                if renames:
+                    data = data.rename_columns([renames.get(c, c) for c in data.column_names])
+                table = conform(data, meta)
+                rows += table.num_rows
+                if given is not None:
+                    pieces = _split_given(table, meta, given, plan.partition_column or "")
+                elif key:
+                    pieces = _split_keyed(table, meta, [renames.get(c, c) for c in key])
+                else:
+                    p = current.setdefault(name, (plan.rotation + ids.partition) % meta.partitions)
+                    pieces = [(p, table)]
+                for p, sub in pieces:
+                    tp = (name, p)
+                    buffers.setdefault(tp, []).append(sub)
+                    sizes[tp] = sizes.get(tp, 0) + sub.nbytes
+                    if sizes[tp] >= target_bytes:
+                        flush(tp)
+                        if given is None and not key:
+                            current[name] = (p + 1) % meta.partitions
+        for tp in sorted(buffers):
+            flush(tp)
     except BaseException:
         delete_segments(store, staged)
         raise

@@ -110,7 +110,7 @@ class TxnStreamWriter(DataSourceStreamArrowWriter):
 
     def __repr__(self) -> str:
         return (
-            f"TxnStreamWriter(store={self.plan.url!r}, topic={self.plan.meta.name!r}, query_id={self.query_id!r}, "
+            f"TxnStreamWriter(store={self.plan.url!r}, topic={self.plan.label!r}, query_id={self.query_id!r}, "
             f"app_prefix={self.prefix!r})"
         )
 
@@ -142,7 +142,7 @@ class TxnStreamWriter(DataSourceStreamArrowWriter):
             )
         ids = dataclasses.replace(ids, query_id=query)
         txn = app_txn_id(self.app_id(query), batch, self.token)
-        return stage_batches(self._store(), self.plan.meta, self.plan.options.partition_key, batches, ids, txn)
+        return stage_batches(self._store(), self.plan, batches, ids, txn)
 
     def _attempt(self, messages: list[WriterCommitMessage | None], batch_id: int) -> tuple[str, str] | None:
         """(app id, token) of the attempt the messages belong to; None when there are none."""
@@ -172,7 +172,8 @@ class TxnStreamWriter(DataSourceStreamArrowWriter):
             return
         app, token = attempt
         coord = TransactionCoordinator(self._store())
-        coord.know_topic(self.plan.meta)
+        if self.plan.meta is not None:
+            coord.know_topic(self.plan.meta)
         result = coord.commit_app(app, batchId, token, segs)
         if result.already_committed:
             log.info("micro-batch %d of %s was already committed (a replay or a zombie): nothing published",

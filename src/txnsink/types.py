@@ -19,7 +19,7 @@ from coordinator import SchemaMismatchError, TopicMeta
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
-__all__ = ["check_compatible", "spark_to_arrow"]
+__all__ = ["check_compatible", "match_columns", "nullable", "spark_to_arrow"]
 
 
 def spark_to_arrow(schema: StructType) -> pa.Schema:
@@ -55,7 +55,9 @@ def _widens(have: pa.DataType, want: pa.DataType) -> bool:
     if t.is_integer(have) and t.is_floating(want):
         return bool(have.bit_width <= 32 and want.bit_width == 64)
     if t.is_timestamp(have) and t.is_timestamp(want):
-        return (have.tz is None) == (want.tz is None) and have.unit == want.unit
+        # Spark holds microseconds; a topic of nanoseconds (pandas' default) takes them exactly (years 1678-2262)
+        units = ("s", "ms", "us", "ns")
+        return (have.tz is None) == (want.tz is None) and units.index(have.unit) <= units.index(want.unit)
     if (t.is_string(have) or t.is_large_string(have)) and (t.is_string(want) or t.is_large_string(want)):
         return True
     if (t.is_binary(have) or t.is_large_binary(have)) and (t.is_binary(want) or t.is_large_binary(want)):
@@ -73,25 +75,60 @@ def _fmt(schema: pa.Schema) -> str:
     return "(" + ", ".join(f"{f.name}: {f.type}" for f in schema) + ")"
 
 
-def check_compatible(have: pa.Schema, meta: TopicMeta) -> None:
-    """Check, before any task runs, that data of schema ``have`` can be written to topic ``meta``.
+def nullable(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with every column nullable: a topic a Spark write creates accepts nulls later, as Spark's own file
+    sources do (a DataFrame's nullability says what it holds now, not what the topic will)."""
+    return pa.schema([f.with_nullable(True) for f in schema], metadata=schema.metadata)
 
-    Nullability is not checked here (Spark marks most columns nullable); a null in a non-nullable topic column
-    fails the task that meets it, and the job then publishes nothing.
+
+def match_columns(have: pa.Schema, meta: TopicMeta) -> dict[str, str]:
+    """DataFrame column -> topic column, matching names exactly or else case-insensitively as Spark resolves them.
 
     Raises:
-        SchemaMismatchError: naming the missing, unexpected and mistyped columns and the topic's schema.
+        SchemaMismatchError: two DataFrame columns match one topic column ignoring case.
+    """
+    want = {f.name.lower(): f.name for f in meta.schema}
+    out: dict[str, str] = {}
+    taken: dict[str, str] = {}
+    for f in have:
+        target = f.name if meta.schema.get_field_index(f.name) >= 0 else want.get(f.name.lower(), f.name)
+        if target in taken:
+            raise SchemaMismatchError(
+                f"DataFrame columns {taken[target]!r} and {f.name!r} both match column {target!r} of topic "
+                f"{meta.name!r} (names are resolved case-insensitively)"
+            )
+        taken[target] = f.name
+        out[f.name] = target
+    return out
+
+
+def check_compatible(have: pa.Schema, meta: TopicMeta) -> dict[str, str]:
+    """Check, before any task runs, that data of schema ``have`` can be written to topic ``meta``.
+
+    Column names match as Spark resolves them (case-insensitively when no exact match exists). A column the topic
+    declares NOT NULL takes only a DataFrame column Spark also knows to hold no nulls.
+
+    Returns:
+        DataFrame column -> topic column (the renames the tasks apply).
+    Raises:
+        SchemaMismatchError: naming the missing, unexpected, mistyped and possibly-null columns and the topic's
+            schema.
     """
     want = meta.schema
-    names = [f.name for f in have]
+    renames = match_columns(have, meta)
+    names = [renames[f.name] for f in have]
     missing = [f.name for f in want if f.name not in names]
-    extra = [n for n in names if want.get_field_index(n) < 0]
+    extra = [f.name for f in have if want.get_field_index(renames[f.name]) < 0]
     mistyped = [
-        f"{f.name} ({f.type}, topic has {want.field(f.name).type})"
+        f"{f.name} ({f.type}, topic has {want.field(renames[f.name]).type})"
         for f in have
-        if want.get_field_index(f.name) >= 0 and not _widens(f.type, want.field(f.name).type)
+        if want.get_field_index(renames[f.name]) >= 0 and not _widens(f.type, want.field(renames[f.name]).type)
     ]
-    if missing or extra or mistyped:
+    nulls = [
+        f.name for f in have
+        if want.get_field_index(renames[f.name]) >= 0 and f.nullable and not want.field(renames[f.name]).nullable
+    ]
+    if missing or extra or mistyped or nulls:
         problems = []
         if missing:
             problems.append(f"missing columns {missing}")
@@ -99,7 +136,11 @@ def check_compatible(have: pa.Schema, meta: TopicMeta) -> None:
             problems.append(f"unexpected columns {extra}")
         if mistyped:
             problems.append(f"mistyped columns {mistyped}")
+        if nulls:
+            problems.append(f"columns {nulls} may hold nulls but the topic declares them NOT NULL (filter the nulls "
+                            "out and cast, e.g. coalesce, or write to a topic whose columns are nullable)")
         raise SchemaMismatchError(
             f"DataFrame schema {_fmt(have)} does not match topic {meta.name!r} schema {_fmt(want)}: "
             + "; ".join(problems)
         )
+    return {k: v for k, v in renames.items() if k != v}
