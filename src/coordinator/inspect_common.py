@@ -42,7 +42,7 @@ def utc(ms: int | float | None) -> dt.datetime | None:
     """Epoch milliseconds as an aware UTC datetime; None for None and for 0 (the "unknown" of older records)."""
     if not ms:
         return None
-    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+    return dt.datetime.fromtimestamp(int(ms) / 1000, tz=dt.UTC)
 
 
 def coord_for(store: Store, coordinator: TransactionCoordinator | None) -> TransactionCoordinator:

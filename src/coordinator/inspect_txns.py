@@ -81,7 +81,8 @@ def decision_rows(entry: LogEntry, now_ms: int) -> list[dict[str, Any]]:
     ``records``, ``segments`` and ``groups`` are None (the log does not record them; see :func:`staged_by_txn`)."""
     rows: list[dict[str, Any]] = []
     for item in entry.items:
-        base: dict[str, Any] = {"seq": entry.seq, "time": utc(entry.ts), "age_ms": now_ms - entry.ts, "request": item.request}
+        base: dict[str, Any] = {"seq": entry.seq, "time": utc(entry.ts), "age_ms": now_ms - entry.ts,
+                                "request": item.request}
         if isinstance(item, CommitItem):
             rows.append(base | {
                 "txn": item.txn, "tid": item.tid, "app": item.app,
