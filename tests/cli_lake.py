@@ -11,7 +11,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -76,3 +78,19 @@ def build_lake(url: str, options: dict[str, str] | None = None, *, hung_timeout_
 def committed_ids(store: Store) -> list[int]:
     """Committed ids, read by a plain reader."""
     return sorted(read_snapshot(store, [TOPIC])[TOPIC].column("id").to_pylist())
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """Run the command line in-process: (exit code, stdout, stderr)."""
+    from coordinator.cli import main
+
+    code = main(list(argv))
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
+    """Run a command with ``--json``, check it exited 0 and parse its output."""
+    code, out, err = run(capsys, *argv, "--json")
+    assert code == 0, err
+    return json.loads(out)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_lake import GROUP, TOPIC, Lake, build_lake
 from coordinator import (
     MemoryStore,
     NoStoreError,
@@ -23,7 +24,6 @@ from coordinator import (
 from coordinator import inspect as ti
 from coordinator.layout import FORMAT_PATH, marker_path, txn_log_path
 from coordinator.maintenance import apply_retention, compact_partition, gc_partition
-from cli_lake import GROUP, TOPIC, Lake, build_lake
 
 
 @pytest.fixture(params=["memory", "local"])

@@ -40,7 +40,8 @@ from coordinator.store import LocalStore, MemoryStore, Store, StoreOptions, open
 from coordinator.topics import TopicMeta, add_partitions, conform, create_topic, get_topic, list_topics
 
 __all__ = [
-    "AlreadyCommittedError", "ClientClosedError", "CommitResult", "CommitStateUnknownError", "ConcurrentCommitError", "Consumer",
+    "AlreadyCommittedError", "ClientClosedError", "CommitResult", "CommitStateUnknownError", "ConcurrentCommitError",
+    "Consumer",
     "CorruptLogError", "IndexedSegment", "InvalidNameError", "InvalidOptionError", "InvalidProducerEpochError",
     "InvalidTxnStateError", "LocalStore", "METADATA_FIELDS", "METADATA_NAMES", "MemoryStore",
     "NoStoreError", "OffsetOutOfRangeError", "OutOfOrderSequenceError", "PartitionLog", "Producer", "ProducerConfig",

@@ -131,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partitions", type=_positive, required=True, metavar="N", help="the new partition count")
     p = add("set-config", cmd_set_config, "set or remove topic config (retention.ms, retention.bytes)")
     p.add_argument("topic")
-    p.add_argument("assignments", nargs="*", metavar="KEY=VALUE")
+    p.add_argument("--set", dest="assignments", action="append", metavar="KEY=VALUE",
+                   help="set a config key, e.g. retention.ms=604800000 (repeatable)")
     p.add_argument("--unset", action="append", metavar="KEY", help="remove a config key (repeatable)")
     # transactions
     p = add("txns", cmd_txns, "transactional ids, open transactions and recent decisions")

@@ -64,6 +64,7 @@ def read_file(path: str, fmt: str, schema: pa.Schema) -> Iterator[pa.Table]:
 
     Raises:
         SchemaMismatchError: the file does not parse as ``fmt`` or does not fit the schema (naming the file).
+        InvalidOptionError: the file cannot be read.
     """
     import pyarrow.csv as pacsv
     import pyarrow.json as pajson
@@ -84,6 +85,8 @@ def read_file(path: str, fmt: str, schema: pa.Schema) -> Iterator[pa.Table]:
                 explicit_schema=schema, unexpected_field_behavior="error"))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise SchemaMismatchError(f"{path}: cannot be read as {fmt} with the topic's schema: {exc}") from None
+    except OSError as exc:
+        raise InvalidOptionError(f"input {path!r} cannot be read: {exc}") from None
 
 
 class _Stager:

@@ -129,7 +129,7 @@ def cmd_add_partitions(args: argparse.Namespace, settings: Settings, out: Output
 def cmd_set_config(args: argparse.Namespace, settings: Settings, out: Output) -> int:
     updates = parse_assignments(args.assignments)
     if not updates and not args.unset:
-        raise InvalidOptionError("set-config needs KEY=VALUE arguments or --unset KEY")
+        raise InvalidOptionError("set-config needs --set KEY=VALUE or --unset KEY")
     check_config(updates)
     store = settings.open(write=True)
     meta = set_topic_config(store, args.topic, updates, args.unset or ())
