@@ -107,6 +107,30 @@ def test_verify_reports_problems_with_their_files(lake: Lake, capsys: pytest.Cap
     assert report["pending_records"] == 1
 
 
+def test_progress_on_a_terminal_is_a_bar(lake: Lake) -> None:
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    proc = subprocess.Popen([str(CONSOLE), "--store", lake.url, "verify"], stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    assert proc.wait(60) == 0
+    drawn = b"".join(chunks).decode()
+    assert "\r" in drawn and "100%" in drawn and "3/3" in drawn  # redrawn in place on a terminal
+
+
 def run_json_code(capsys: pytest.CaptureFixture[str], want: int, *argv: str) -> Any:
     code, out, err = run(capsys, *argv, "--json")
     assert code == want, err

@@ -233,7 +233,7 @@ class Progress:
         if stream is not None and _isatty(stream):
             from tqdm import tqdm
 
-            self._bar = tqdm(total=total, desc=label, unit=unit, file=stream, leave=True, dynamic_ncols=True)
+            self._bar = tqdm(total=total, desc=label, unit=f" {unit}", file=stream, leave=True, dynamic_ncols=True)
 
     def set_total(self, total: int) -> None:
         self.total = total
