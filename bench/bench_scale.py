@@ -210,31 +210,34 @@ def spark_commit_requests(kind: str, history: int = 50) -> dict[str, float]:
             planner = make_stream_writer(opts, schema, False)  # the driver's planning worker
             msg = planner.stage(iter(pa.table({"v": [batch]}, schema=SCHEMA).to_batches()),
                                 TaskIds(batch % 2, 0, batch, qid, batch))
-            from coordinator import store as store_module
-
-            store_module._PROBED.clear()  # a fresh process has verified nothing yet
-            import txnsink.plan as plan_module
-
-            box: list[Store] = []
-            real_open = plan_module.open_store
-
-            def counting_open(*a: Any, **k: Any) -> Store:
-                st = real_open(*a, **k)
-                box.append(st)
-                return st
-
-            import txnsink.stream as stream_module
-
-            plan_module.open_store = counting_open  # type: ignore[assignment]
-            stream_module.open_store = counting_open  # type: ignore[assignment]
-            try:
-                committer = make_stream_writer(opts, schema, False)  # the fresh commit worker
-                committer.commit([msg], batch)
-            finally:
-                plan_module.open_store = real_open  # type: ignore[assignment]
-                stream_module.open_store = real_open  # type: ignore[assignment]
-            counts.append(sum(st.counters.total() for st in box))
+            counts.append(_fresh_commit_requests(opts, schema, msg, batch))
         return {"history_commits": history, "median_requests": statistics.median(counts), "max_requests": max(counts)}
+
+
+def _fresh_commit_requests(opts: dict[str, str], schema: Any, msg: Any, batch: int) -> int:
+    """Requests the fresh commit worker makes: ``streamWriter()`` and ``commit`` on store objects it opens itself."""
+    import txnsink.plan as plan_module
+    import txnsink.stream as stream_module
+    from coordinator import store as store_module
+    from txnsink import make_stream_writer
+
+    store_module._PROBED.clear()  # a fresh process has verified nothing yet
+    opened: list[Store] = []
+    real_open = plan_module.open_store
+
+    def counting_open(*a: Any, **k: Any) -> Store:
+        st = real_open(*a, **k)
+        opened.append(st)
+        return st
+
+    plan_module.open_store = counting_open  # type: ignore[assignment]
+    stream_module.open_store = counting_open  # type: ignore[assignment]
+    try:
+        make_stream_writer(opts, schema, False).commit([msg], batch)
+    finally:
+        plan_module.open_store = real_open  # type: ignore[assignment]
+        stream_module.open_store = real_open  # type: ignore[assignment]
+    return sum(st.counters.total() for st in opened)
 
 
 # -- 4. a consumer poll after 1,000 commits elsewhere ----------------------------------------------------------------
@@ -272,7 +275,7 @@ def snapshot_round_trips(kind: str, partitions: int = 256) -> dict[str, float]:
         create_topic(raw, "wide", SCHEMA, partitions)
         p = Producer(raw, "w")
         p.init_transactions()
-        for i in range(20):
+        for _ in range(20):
             with p.transaction():
                 p.send("wide", [{"v": j} for j in range(partitions)], key="v")
         store = lat(fresh())
@@ -297,7 +300,7 @@ def bounded_state(commits: int, jobs: int, producers: int = 16) -> dict[str, flo
         store = open_store(url)
         create_topic(store, "t", SCHEMA, producers)
         coord = TransactionCoordinator(store)
-        idents = [coord.init_producer(f"p{i}") for i in range(producers)]
+        idents = [coord.init_producer(f"p{k}") for k in range(producers)]
         t0 = time.monotonic()
         for n in range(commits):
             ident = idents[n % producers]

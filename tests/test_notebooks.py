@@ -1,4 +1,5 @@
-"""The notebooks run top to bottom with no error (their last cells check what they show)."""
+"""The notebooks run top to bottom with no error (their last cells check what they show), and the committed files
+carry their executed outputs so they render where the repository is browsed."""
 
 from __future__ import annotations
 
@@ -30,13 +31,34 @@ def outputs_text(nb: nbformat.NotebookNode) -> str:
     return "\n".join(parts)
 
 
+def images(nb: nbformat.NotebookNode) -> int:
+    return sum("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))
+
+
 def test_explore_notebook_runs_and_shows_tables_and_plots(tmp_path: Path) -> None:
     nb = run_notebook("explore.ipynb", tmp_path)
     text = outputs_text(nb)
     assert "visible records:" in text and "aborted transactions: 6" in text
-    assert "<h4>txnlog store" in text and "<h4>topic orders" in text
-    images = [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
-    assert len(images) == 3
+    assert "<h4>txnlog store" in text and "<h4>topic orders" in text and "KiB" in text
+    assert "StoreView('file://" in text and "TransactionView('p." in text
+    assert images(nb) == 3
+
+
+@pytest.mark.parametrize("name", ["explore.ipynb", "quickstart.ipynb"])
+def test_committed_notebooks_carry_their_outputs(name: str) -> None:
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    nbformat.validate(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code and all(c.get("execution_count") for c in code), "run scripts/execute_notebooks.py and commit"
+    assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), "executed top to bottom, once"
+    assert not [o for c in code for o in c.outputs if o.output_type == "error"]
+    if name == "explore.ipynb":
+        assert all(c.outputs for c in code[1:]), "every cell after the setup shows something"
+        assert images(nb) == 3 and "visible records:" in outputs_text(nb)
+    else:
+        assert "quickstart ok" in outputs_text(nb)
+
+
 @pytest.mark.spark
 def test_quickstart_notebook_runs(tmp_path: Path) -> None:
     nb = run_notebook("quickstart.ipynb", tmp_path)

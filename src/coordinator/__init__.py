@@ -10,6 +10,7 @@ from coordinator.coordinator import (
 )
 from coordinator.errors import (
     AlreadyCommittedError,
+    ClientClosedError,
     CommitStateUnknownError,
     ConcurrentCommitError,
     CorruptLogError,
@@ -17,6 +18,7 @@ from coordinator.errors import (
     InvalidOptionError,
     InvalidProducerEpochError,
     InvalidTxnStateError,
+    NoStoreError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
     ProducerFencedError,
@@ -38,10 +40,11 @@ from coordinator.store import LocalStore, MemoryStore, Store, StoreOptions, open
 from coordinator.topics import TopicMeta, add_partitions, conform, create_topic, get_topic, list_topics
 
 __all__ = [
-    "AlreadyCommittedError", "CommitResult", "CommitStateUnknownError", "ConcurrentCommitError", "Consumer",
+    "AlreadyCommittedError", "ClientClosedError", "CommitResult", "CommitStateUnknownError", "ConcurrentCommitError",
+    "Consumer",
     "CorruptLogError", "IndexedSegment", "InvalidNameError", "InvalidOptionError", "InvalidProducerEpochError",
     "InvalidTxnStateError", "LocalStore", "METADATA_FIELDS", "METADATA_NAMES", "MemoryStore",
-    "OffsetOutOfRangeError", "OutOfOrderSequenceError", "PartitionLog", "Producer", "ProducerConfig",
+    "NoStoreError", "OffsetOutOfRangeError", "OutOfOrderSequenceError", "PartitionLog", "Producer", "ProducerConfig",
     "ProducerFencedError", "ProducerIdentity", "SchemaMismatchError", "SegmentRef", "SegmentSlice", "Snapshot",
     "Store", "StoreError", "StoreOptions", "TopicExistsError", "TopicMeta", "TopicNotFoundError",
     "TransactionCoordinator", "TxnLogError", "TxnState", "UnsupportedFormatError", "UnsupportedStoreError",

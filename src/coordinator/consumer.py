@@ -1,23 +1,27 @@
 """The Python consumer, and snapshot reads.
 
 ```python
-consumer = Consumer("file:///data/lake", group_id="etl")
-consumer.subscribe(["orders"])
-batch = consumer.poll()          # a pyarrow Table: topic columns + _topic, _partition, _offset, _timestamp
+with Consumer("file:///data/lake", group_id="etl") as consumer:
+    consumer.subscribe(["orders"])
+    for batch in consumer:       # pyarrow Tables: topic columns + _topic, _partition, _offset, _timestamp
+        handle(batch)
+        consumer.commit()        # the group's offsets, outside any transaction (Kafka's commitSync)
 ```
 
 ``read_committed`` (the default) returns only records of committed transactions, in offset order;
 ``read_uncommitted`` also returns, once each, records staged by open and aborted transactions (null ``_offset``).
+``poll(max_records)`` shares its budget fairly across the assigned partitions that have records.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from types import TracebackType
 
 import pyarrow as pa
 
 from coordinator.coordinator import Snapshot, TransactionCoordinator
-from coordinator.errors import InvalidOptionError, OffsetOutOfRangeError
+from coordinator.errors import ClientClosedError, InvalidOptionError, OffsetOutOfRangeError
 from coordinator.layout import check_name
 from coordinator.reader import (
     READ_UNCOMMITTED,
@@ -33,9 +37,36 @@ from coordinator.topics import get_topic
 TopicPartition = tuple[str, int]
 
 
+def fair_shares(available: Mapping[TopicPartition, int], budget: int, first: int = 0) -> dict[TopicPartition, int]:
+    """Split ``budget`` records over partitions with ``available`` records each, max-min fairly: every partition
+    gets an equal share, and what a partition cannot use goes to the others. A remainder smaller than the number
+    of partitions goes one record each, starting at the ``first``-th partition in sorted order (rotate it between
+    calls so no partition is always favoured)."""
+    shares = dict.fromkeys(available, 0)
+    keys = sorted(k for k, n in available.items() if n > 0)
+    if keys:
+        k0 = first % len(keys)
+        keys = keys[k0:] + keys[:k0]
+    left = max(0, budget)
+    while keys and left > 0:
+        each = max(1, left // len(keys))
+        still = []
+        for k in keys:
+            if left <= 0:
+                break
+            give = min(each, available[k] - shares[k], left)
+            shares[k] += give
+            left -= give
+            if shares[k] < available[k]:
+                still.append(k)
+        keys = still
+    return shares
+
+
 class Consumer:
     """Reads partitions from positions, like Kafka's consumer (without group rebalancing: ``subscribe`` assigns
-    every partition of the topics to this consumer)."""
+    every partition of the topics to this consumer). Not thread-safe. Iterating yields :meth:`poll` results until
+    one is empty (the consumer caught up with the log); ``close()`` (or leaving a ``with`` block) ends it."""
 
     def __init__(
         self,
@@ -49,6 +80,7 @@ class Consumer:
         options: Mapping[str, str] | StoreOptions | None = None,
         coordinator: TransactionCoordinator | None = None,
     ) -> None:
+        self._own_store = not isinstance(store, Store)
         self.store = store if isinstance(store, Store) else open_store(store, options)
         self.coordinator = coordinator or TransactionCoordinator(self.store)
         self.group_id = None if group_id is None else check_name("group", group_id)
@@ -63,11 +95,77 @@ class Consumer:
         self._positions: dict[TopicPartition, int] = {}
         self._schemas: dict[str, pa.Schema] = {}
         self._seen_uncommitted: set[str] = set()
+        self._closed = False
+        self._turn = 0
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{len(self._positions)} partition(s) assigned"
+        return f"Consumer(store={self.store.url!r}, group_id={self.group_id!r}, {self.isolation_level}, {state})"
+
+    # -- lifecycle --------------------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError("this consumer is closed")
+
+    def commit(self, offsets: Mapping[str, Mapping[int, int]] | None = None) -> None:
+        """Commit the group's offsets outside any transaction, like Kafka's ``commitSync``: this consumer's
+        positions (the next offset to read of every assigned partition), or ``offsets`` (topic -> partition ->
+        next offset). Inside a consume-transform-produce loop use ``Producer.send_offsets_to_transaction``
+        instead, so the offsets commit atomically with the output.
+
+        Raises:
+            InvalidOptionError: no ``group_id``, or a negative offset.
+            ClientClosedError: the consumer is closed.
+            CommitStateUnknownError: the outcome could not be learned.
+        """
+        self._check_open()
+        if self.group_id is None:
+            raise InvalidOptionError("commit() needs a consumer with a group_id")
+        chosen = self.positions() if offsets is None else {
+            str(t): {int(p): int(o) for p, o in ps.items()} for t, ps in offsets.items()}
+        for t, ps in chosen.items():
+            for p, o in ps.items():
+                if o < 0:
+                    raise InvalidOptionError(f"offset of {t}/{p} must not be negative, got {o}")
+        if any(chosen.values()):
+            self.coordinator.commit_group_offsets(self.group_id, chosen)
+
+    def close(self) -> None:
+        """Stop consuming: forget the assignment and release the store if this consumer opened it. Committed
+        offsets are not changed (call :meth:`commit` first to keep the positions). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._positions = {}
+        if self._own_store:
+            self.store.close()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[pa.Table]:
+        """Yield :meth:`poll` results until a poll returns no record (the consumer caught up with the log as of
+        that poll)."""
+        while True:
+            batch = self.poll()
+            if batch.num_rows == 0:
+                return
+            yield batch
 
     # -- assignment -------------------------------------------------------------------------------------------
 
     def subscribe(self, topics: Iterable[str]) -> None:
-        """Assign every partition of ``topics``."""
+        """Assign every partition of ``topics``.
+
+        Raises:
+            TopicNotFoundError: a topic does not exist. ClientClosedError: the consumer is closed.
+        """
+        self._check_open()
         tps = []
         for t in topics:
             meta = get_topic(self.store, t)
@@ -75,7 +173,12 @@ class Consumer:
         self.assign(tps)
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
-        """Read exactly these (topic, partition) pairs, from the group's committed offsets when there are."""
+        """Read exactly these (topic, partition) pairs, from the group's committed offsets when there are.
+
+        Raises:
+            InvalidOptionError: a partition does not exist. ClientClosedError: the consumer is closed.
+        """
+        self._check_open()
         committed = self.coordinator.group_offsets(self.group_id) if self.group_id else {}
         self._positions = {}
         for topic, p in partitions:
@@ -146,18 +249,27 @@ class Consumer:
     # -- reading ----------------------------------------------------------------------------------------------
 
     def poll(self, max_records: int | None = None) -> pa.Table:
-        """Up to ``max_records`` records from the assigned partitions, at one transaction-consistent snapshot.
-        An empty table (with the right schema when one topic is assigned) when there is nothing new."""
+        """Up to ``max_records`` (default ``max_poll_records``) records from the assigned partitions, at one
+        transaction-consistent snapshot, the budget shared fairly across the partitions that have records (see
+        :func:`fair_shares`), partition by partition in offset order. An empty table (with the right schema when
+        one topic is assigned) when there is nothing new.
+
+        Raises:
+            InvalidOptionError: nothing assigned, or a bad ``max_records``.
+            OffsetOutOfRangeError: a position is below the log start and ``fail_on_data_loss`` is set.
+            ClientClosedError: the consumer is closed.
+            CorruptLogError: a segment to read is damaged.
+        """
+        self._check_open()
         limit = self.max_poll_records if max_records is None else max_records
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
+            raise InvalidOptionError(f"max_records must be a positive integer, got {limit!r}")
         topics = sorted({t for t, _ in self._positions})
         if not topics:
             raise InvalidOptionError("no partitions assigned; call subscribe() or assign()")
         snap = self.coordinator.snapshot(topics, partitions=self._by_topic())
-        tables: list[pa.Table] = []
-        left = limit
+        available: dict[TopicPartition, int] = {}
         for tp in sorted(self._positions):
-            if left <= 0:
-                break
             topic, p = tp
             pos = self._positions[tp]
             if pos < snap.starts[topic][p]:
@@ -166,17 +278,22 @@ class Consumer:
                         f"position {pos} of {topic}/{p} is below the log start {snap.starts[topic][p]} (retention "
                         "removed those records); seek, or pass fail_on_data_loss=False to skip ahead"
                     )
-                pos = snap.starts[topic][p]
-            end = min(snap.ends[topic][p], pos + left)
-            if end > pos:
+                self._positions[tp] = pos = snap.starts[topic][p]
+            available[tp] = max(0, snap.ends[topic][p] - pos)
+        shares = fair_shares(available, limit, self._turn)
+        self._turn += 1
+        tables: list[pa.Table] = []
+        for tp in sorted(self._positions):
+            topic, p = tp
+            pos, n = self._positions[tp], shares[tp]
+            if n > 0:
                 plog = self.coordinator.partition(topic, p)
                 plog.refresh()
-                batches = list(read_range(self.store, plog, pos, end, self._schemas[topic]))
+                batches = list(read_range(self.store, plog, pos, pos + n, self._schemas[topic]))
                 if batches:
                     tables.append(pa.Table.from_batches(batches, schema=self._schemas[topic]))
-                left -= end - pos
-                self._positions[tp] = end
-            if self.isolation_level == READ_UNCOMMITTED and left > 0:
+                self._positions[tp] = pos + n
+            if self.isolation_level == READ_UNCOMMITTED:
                 plog = self.coordinator.partition(topic, p)
                 plog.refresh()
                 new = [x for x in uncommitted_paths(self.store, plog) if x not in self._seen_uncommitted]

@@ -82,3 +82,7 @@ class OffsetOutOfRangeError(TxnLogError):
 
 class AlreadyCommittedError(InvalidTxnStateError):
     """An abort (or a second commit) named a transaction that is already committed."""
+
+
+class ClientClosedError(TxnLogError):
+    """A consumer was used after ``close()``."""

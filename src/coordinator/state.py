@@ -206,7 +206,16 @@ class CoordinatorState:
         for group, topics in item.offsets.items():
             g = self.groups.setdefault(group, {})
             for topic, parts in topics.items():
-                g.setdefault(topic, {}).update(parts)
+                committed = g.setdefault(topic, {})
+                for p, o in parts.items():
+                    if o < 0:  # a negative offset removes the partition's committed offset (group deletion)
+                        committed.pop(p, None)
+                    else:
+                        committed[p] = o
+                if not committed:
+                    del g[topic]
+            if not g:
+                del self.groups[group]
 
     def _apply_abort(self, item: AbortItem, ts: int) -> None:
         if item.tid is not None:

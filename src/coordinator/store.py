@@ -52,6 +52,7 @@ __all__ = [
     "RequestCounters",
     "Store",
     "StoreOptions",
+    "local_path",
     "open_store",
     "probe_conditional_writes",
 ]
@@ -379,12 +380,14 @@ class MemoryStore(Store):
 
 class LocalStore(Store):
     """A folder on local disk. ``put_if_absent`` writes a temp file in the target folder and ``os.link``s it to the
-    final name, which fails atomically if the name exists; ``put`` writes a temp file and ``os.replace``s it."""
+    final name, which fails atomically if the name exists; ``put`` writes a temp file and ``os.replace``s it.
+
+    Opening creates nothing: the root folder (and its missing parents) is created by the first write, so reading
+    a path that holds no store leaves the disk as it was (a missing folder lists as empty)."""
 
     def __init__(self, url: str, root: str) -> None:
         super().__init__(url)
         self.root = os.path.abspath(root)
-        os.makedirs(self.root, exist_ok=True)
 
     def _full(self, path: str) -> str:
         return os.path.join(self.root, *check_relative(path).split("/"))
@@ -587,16 +590,45 @@ def _probe(store: Store) -> None:
         )
 
 
+def local_path(url: str) -> str | None:
+    """The absolute local folder a ``file:`` URL or a plain path names; None for any other scheme.
+
+    Accepted: plain paths (relative ones are made absolute), ``file:/abs/path``, ``file:///abs/path`` and
+    ``file://localhost/abs/path``; ``%xx`` escapes in ``file:`` URLs are decoded. A Windows drive letter is not a
+    scheme.
+
+    Raises:
+        InvalidOptionError: a ``file:`` URL naming another host, or a relative one (``file:data``).
+    """
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme.lower() != "file":
+        if "://" in url or (parts.scheme and len(parts.scheme) > 1):
+            return None
+        return os.path.abspath(url)
+    if parts.netloc not in ("", "localhost"):
+        raise InvalidOptionError(
+            f"store URL {url!r} names host {parts.netloc!r}: file URLs must be local (file:///abs/path or "
+            "file:/abs/path)"
+        )
+    path = unquote(parts.path)
+    if not path.startswith("/"):
+        raise InvalidOptionError(f"store URL {url!r} is not an absolute path (use file:///abs/path or a plain path)")
+    return os.path.normpath(path)
+
+
 def open_store(
     url: str, options: Mapping[str, str] | StoreOptions | None = None, *, probe: bool = True
 ) -> Store:
-    """Open the store rooted at ``url``: a plain path, ``file://``, ``memory://`` or ``s3://bucket/prefix``.
+    """Open the store rooted at ``url``: a plain path, ``file:/abs``, ``file:///abs``, ``memory://name`` or
+    ``s3://bucket/prefix``.
 
     Opening reads and writes nothing. With ``probe`` (the default) the store is checked to honour conditional
     writes before the first one this process makes (:func:`probe_conditional_writes`); ``probe=False`` trusts it.
 
     Raises:
-        InvalidOptionError: the URL scheme is not supported.
+        InvalidOptionError: the URL scheme is not supported, or a ``file:`` URL is not a local absolute path.
     """
     opts = options if isinstance(options, StoreOptions) else StoreOptions.from_options(options or {})
     if not isinstance(url, str) or not url.strip():
@@ -605,8 +637,8 @@ def open_store(
     store: Store
     if url.startswith("memory://"):
         store = MemoryStore(url)
-    elif url.startswith("file://"):
-        store = LocalStore(url, url[len("file://"):])
+    elif (folder := local_path(url)) is not None:
+        store = LocalStore("file://" + folder, folder)
     elif url.startswith(("s3://", "s3a://")):
         from coordinator.s3store import S3Store
 
@@ -614,9 +646,7 @@ def open_store(
                                     ("connect_timeout", opts.connect_timeout), ("read_timeout", opts.read_timeout))
                   if v is not None}
         store = S3Store(url, opts, **tuning)  # type: ignore[arg-type]
-    elif "://" in url:
-        raise InvalidOptionError(f"store URL scheme of {url!r} is not supported (use a path, file://, s3://, memory://)")
     else:
-        store = LocalStore("file://" + os.path.abspath(url), url)
+        raise InvalidOptionError(f"store URL scheme of {url!r} is not supported (use a path, file://, s3://, memory://)")
     store.probe_required = probe
     return store

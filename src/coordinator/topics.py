@@ -28,6 +28,9 @@ from coordinator.records import decode_json, encode_json
 from coordinator.store import Store
 
 MAX_PARTITIONS = 10_000
+#: A deleted topic's ``meta/`` folder holds this marker: the topic is gone for readers and writers, and its name is
+#: not reused (the transaction log still holds its partitions' offsets). See :mod:`coordinator.topic_admin`.
+DELETED_MARKER = "deleted.json"
 
 
 @dataclass(frozen=True)
@@ -78,8 +81,8 @@ def _check_partitions(n: object) -> int:
     return n
 
 
-def _latest_version(store: Store, name: str) -> int | None:
-    versions = [int(n[:-5]) for n in store.list(topic_meta_dir(name)) if n.endswith(".json") and n[:-5].isdigit()]
+def _latest_version(names: list[str]) -> int | None:
+    versions = [int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()]
     return max(versions) if versions else None
 
 
@@ -88,11 +91,14 @@ def get_topic(store: Store, name: str) -> TopicMeta:
 
     Raises:
         InvalidNameError: the name is not a valid topic name.
-        TopicNotFoundError: no such topic.
+        TopicNotFoundError: no such topic (or it was deleted).
         CorruptLogError: the definition file cannot be decoded.
     """
     check_name("topic", name)
-    version = _latest_version(store, name)
+    names = store.list(topic_meta_dir(name))
+    if DELETED_MARKER in names:
+        raise TopicNotFoundError(f"topic {name!r} was deleted from {store.url}")
+    version = _latest_version(names)
     if version is None:
         raise TopicNotFoundError(f"topic {name!r} does not exist in {store.url}")
     path = topic_meta_path(name, version)
@@ -100,8 +106,13 @@ def get_topic(store: Store, name: str) -> TopicMeta:
 
 
 def list_topics(store: Store) -> list[str]:
-    """Names of the topics in the store, sorted."""
-    return [n for n in store.list_dirs(TOPICS) if store.list(topic_meta_dir(n))]
+    """Names of the topics in the store, sorted (deleted topics left out)."""
+    out = []
+    for n in store.list_dirs(TOPICS):
+        names = store.list(topic_meta_dir(n))
+        if names and DELETED_MARKER not in names:
+            out.append(n)
+    return out
 
 
 def create_topic(
@@ -121,7 +132,7 @@ def create_topic(
 
     Raises:
         InvalidNameError, InvalidOptionError: bad name, partition count or partitioner.
-        TopicExistsError: the topic exists (and ``exist_ok`` is false, or its schema differs).
+        TopicExistsError: the topic exists (and ``exist_ok`` is false, or its schema differs), or was deleted.
     """
     check_name("topic", name)
     _check_partitions(partitions)
@@ -141,7 +152,13 @@ def create_topic(
     meta = TopicMeta(name, partitions, schema, cfg, 0, created_ms)
     if store.put_if_absent(topic_meta_path(name, 0), meta.to_bytes()):
         return meta
-    existing = get_topic(store, name)
+    try:
+        existing = get_topic(store, name)
+    except TopicNotFoundError:
+        raise TopicExistsError(
+            f"topic {name!r} was deleted and its name is not reused (the transaction log still holds its offsets); "
+            "choose another name"
+        ) from None
     if exist_ok and existing.schema.equals(schema):
         return existing
     if exist_ok:

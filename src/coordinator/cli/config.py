@@ -1,9 +1,10 @@
 """Settings of the ``txnlog`` command line: built-in defaults, a TOML ``--config`` file, environment, flags.
 
 Precedence, strongest first: flags, environment (``TXNLOG_STORE``, ``TXNLOG_CONFIG``), the config file, the
-built-in defaults (mirrored, with comments, in ``conf/txnlog.defaults.toml``). Store credentials come only from
-``--s3-key``/``--s3-secret`` or the standard AWS chain; a config file holding credentials is refused, and
-credentials are never echoed back in any message.
+built-in defaults (mirrored, with comments, in ``conf/txnlog.defaults.toml``). An invalid value is reported under
+the name the user wrote it with (``[transactions] timeout_ms in FILE``, ``--s3-region``, ``$TXNLOG_STORE``).
+Store credentials come only from ``--s3-key``/``--s3-secret`` or the standard AWS chain; a config file holding
+credentials is refused, and credentials are never echoed back in any message.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from coordinator.coordinator import (
     TransactionCoordinator,
 )
 from coordinator.errors import InvalidOptionError
-from coordinator.partition import DEFAULT_CHECKPOINT_INTERVAL
+from coordinator.inspect_common import require_store
+from coordinator.partition import DEFAULT_CHECKPOINT_INTERVAL as DEFAULT_PARTITION_CHECKPOINT_INTERVAL
 from coordinator.producer import DEFAULT_SEGMENT_BYTES
 from coordinator.segments import FORMATS
 from coordinator.store import Store, StoreOptions, open_store, probe_conditional_writes
+from coordinator.txnlog import DEFAULT_CHECKPOINT_INTERVAL as DEFAULT_LOG_CHECKPOINT_INTERVAL
 
 ENV_STORE = "TXNLOG_STORE"
 ENV_CONFIG = "TXNLOG_CONFIG"
@@ -42,16 +45,23 @@ CONFIG_KEYS: dict[tuple[str, str], str] = {
     ("transactions", "transactional_id_expiration_ms"): "transactional_id_expiration_ms",
     ("segments", "format"): "segment_format",
     ("segments", "target_bytes"): "segment_target_bytes",
-    ("checkpoint", "interval"): "checkpoint_interval",
+    ("checkpoint", "log_interval"): "log_checkpoint_interval",
+    ("checkpoint", "partition_interval"): "partition_checkpoint_interval",
     ("daemon", "sweep_interval_s"): "sweep_interval_s",
 }
+#: Settings attribute -> the flag that sets it (for messages).
+FLAG_NAMES = {"store_url": "--store", "s3_endpoint": "--s3-endpoint", "s3_region": "--s3-region",
+              "s3_key": "--s3-key", "s3_secret": "--s3-secret"}
 CREDENTIAL_KEYS = frozenset({"key", "secret", "token", "access_key", "secret_key", "session_token",
                              "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "password"})
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Everything a command needs to reach the store and run sweeps. ``repr`` never shows credentials."""
+    """Everything a command needs to reach the store and run sweeps. ``repr`` never shows credentials.
+
+    ``origins`` maps a setting to where its value came from (``[section] key in FILE``, a flag, an environment
+    variable), so messages name what the user wrote."""
 
     store_url: str | None = None
     retry_attempts: int = DEFAULT_RETRY_ATTEMPTS
@@ -64,59 +74,62 @@ class Settings:
     transactional_id_expiration_ms: int = DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS
     segment_format: str = "parquet"
     segment_target_bytes: int = DEFAULT_SEGMENT_BYTES
-    checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL
+    log_checkpoint_interval: int = DEFAULT_LOG_CHECKPOINT_INTERVAL
+    partition_checkpoint_interval: int = DEFAULT_PARTITION_CHECKPOINT_INTERVAL
     sweep_interval_s: float = DEFAULT_SWEEP_INTERVAL_S
+    origins: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def secrets(self) -> tuple[str | None, ...]:
         return (self.s3_key, self.s3_secret)
 
     def store_options(self) -> StoreOptions:
         """The store access options (credentials only when given as flags; otherwise the AWS chain applies)."""
-        return StoreOptions(endpoint=self.s3_endpoint, key=self.s3_key, secret=self.s3_secret, region=self.s3_region)
+        return StoreOptions(endpoint=self.s3_endpoint, key=self.s3_key, secret=self.s3_secret, region=self.s3_region,
+                            max_attempts=self.retry_attempts, time_budget=self.retry_time_budget_s)
 
-    def open(self, *, write: bool = False) -> Store:
-        """Open the store. Read-only commands skip the conditional-write probe (it writes a probe object).
+    def open(self, *, write: bool = False, create: bool = False) -> Store:
+        """Open the store. Unless ``create``, refuse a URL that holds no txnlog store, writing nothing (read-only
+        commands never create anything). With ``write``, probe once that the store honours conditional writes
+        (the probe writes and deletes one object; it runs after the store check, so a mistyped URL gets no probe).
 
         Raises:
             InvalidOptionError: no store URL was given anywhere, or the URL is not supported.
+            NoStoreError: no txnlog store at the URL (and not ``create``).
+            UnsupportedFormatError: the store was written by another store format.
             StoreError: the store cannot be reached, or (``write``) does not honour conditional writes.
         """
         if not self.store_url:
-            raise InvalidOptionError(f"no store given: use --store URL, {ENV_STORE}, or [store] url in --config")
-        url = self.store_url.strip()
-        if url.startswith(("s3://", "s3a://")):
-            # open_store takes no retry budget, so the S3 backend is built here with the configured one.
-            from coordinator.s3store import S3Store
-
-            store: Store = S3Store(url, self.store_options(), max_attempts=self.retry_attempts,
-                                   time_budget=self.retry_time_budget_s)
-            if write:
-                probe_conditional_writes(store)
-            return store
-        return open_store(url, self.store_options(), probe=write)
+            raise InvalidOptionError(f"no store given: use --store URL, ${ENV_STORE}, or [store] url in --config")
+        store = open_store(self.store_url, self.store_options(), probe=False)
+        if not create:
+            require_store(store)
+        if write:
+            probe_conditional_writes(store)
+        return store
 
     def coordinator(self, store: Store) -> TransactionCoordinator:
-        """A coordinator on ``store`` using these settings' timeouts and checkpoint interval."""
+        """A coordinator on ``store`` using these settings' timeouts and checkpoint intervals."""
         return TransactionCoordinator(
             store,
-            checkpoint_interval=self.checkpoint_interval,
+            checkpoint_interval=self.log_checkpoint_interval,
+            partition_checkpoint_interval=self.partition_checkpoint_interval,
             transaction_timeout_ms=self.transaction_timeout_ms,
             transactional_id_expiration_ms=self.transactional_id_expiration_ms,
         )
 
     def public(self) -> dict[str, Any]:
         """The settings as a dict, credentials replaced by whether they are set."""
-        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("s3_key", "s3_secret")}
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("s3_key", "s3_secret", "origins")}
         d["s3_credentials"] = "flags" if self.s3_key or self.s3_secret else "aws-chain"
         return d
 
 
-def read_config_file(path: str) -> dict[str, Any]:
-    """The Settings attributes a TOML config file sets.
+def read_config_file(path: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """The Settings attributes a TOML config file sets, and for each the name it was written under
+    (``[transactions] timeout_ms in FILE``).
 
     Raises:
-        InvalidOptionError: the file is missing or not TOML, has an unknown section or key, holds credentials,
-            or a value of the wrong type.
+        InvalidOptionError: the file is missing or not TOML, has an unknown section or key, or holds credentials.
     """
     import tomllib
 
@@ -130,6 +143,7 @@ def read_config_file(path: str) -> dict[str, Any]:
     except OSError as exc:
         raise InvalidOptionError(f"config file {path!r} cannot be read: {exc.strerror}") from None
     out: dict[str, Any] = {}
+    origins: dict[str, str] = {}
     for section, body in doc.items():
         if not isinstance(body, dict):
             raise InvalidOptionError(f"config file {path!r}: top-level key {section!r} must be a [section]")
@@ -144,29 +158,42 @@ def read_config_file(path: str) -> dict[str, Any]:
                 known = ", ".join(f"[{s}] {k}" for s, k in CONFIG_KEYS)
                 raise InvalidOptionError(f"config file {path!r}: unknown setting [{section}] {key} (known: {known})")
             out[attr] = value
-    return out
+            origins[attr] = f"[{section}] {key} in {path}"
+    return out, origins
+
+
+def _name(attr: str, origins: Mapping[str, str]) -> str:
+    if attr in origins:
+        return origins[attr]
+    for (section, key), a in CONFIG_KEYS.items():
+        if a == attr:
+            return f"[{section}] {key}"
+    return FLAG_NAMES.get(attr, attr)
 
 
 def _check(settings: Settings) -> Settings:
-    """Raises: InvalidOptionError naming the first invalid setting."""
-    def positive_int(name: str) -> None:
-        v = getattr(settings, name)
-        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-            raise InvalidOptionError(f"setting {name} must be a positive integer, got {v!r}")
+    """Raises: InvalidOptionError naming the first invalid setting as the user wrote it."""
+    origins = settings.origins
 
-    for name in ("retry_attempts", "transaction_timeout_ms", "transactional_id_expiration_ms",
-                 "segment_target_bytes", "checkpoint_interval"):
-        positive_int(name)
-    for name in ("sweep_interval_s", "retry_time_budget_s"):
-        v = getattr(settings, name)
+    def positive_int(attr: str) -> None:
+        v = getattr(settings, attr)
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise InvalidOptionError(f"{_name(attr, origins)} must be a positive integer, got {v!r}")
+
+    for attr in ("retry_attempts", "transaction_timeout_ms", "transactional_id_expiration_ms",
+                 "segment_target_bytes", "log_checkpoint_interval", "partition_checkpoint_interval"):
+        positive_int(attr)
+    for attr in ("sweep_interval_s", "retry_time_budget_s"):
+        v = getattr(settings, attr)
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:
-            raise InvalidOptionError(f"setting {name} must be a positive number of seconds, got {v!r}")
+            raise InvalidOptionError(f"{_name(attr, origins)} must be a positive number of seconds, got {v!r}")
     if settings.segment_format not in FORMATS:
-        raise InvalidOptionError(f"setting segment_format {settings.segment_format!r} is not one of {FORMATS}")
-    for name in ("store_url", "s3_endpoint", "s3_region"):
-        val = getattr(settings, name)
+        raise InvalidOptionError(f"{_name('segment_format', origins)} {settings.segment_format!r} is not one of "
+                                 f"{FORMATS}")
+    for attr in ("store_url", "s3_endpoint", "s3_region"):
+        val = getattr(settings, attr)
         if val is not None and not isinstance(val, str):
-            raise InvalidOptionError(f"setting {name} must be a string, got {val!r}")
+            raise InvalidOptionError(f"{_name(attr, origins)} must be a string, got {val!r}")
     return replace(settings, sweep_interval_s=float(settings.sweep_interval_s),
                    retry_time_budget_s=float(settings.retry_time_budget_s))
 
@@ -181,14 +208,19 @@ def load_settings(
     (Settings attribute -> value; None values are ignored).
 
     Raises:
-        InvalidOptionError: a bad config file or value.
+        InvalidOptionError: a bad config file or value, named as the user wrote it.
     """
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
     path = config or env.get(ENV_CONFIG) or None
     if path:
-        values.update(read_config_file(path))
+        values, origins = read_config_file(path)
     if env.get(ENV_STORE):
         values["store_url"] = env[ENV_STORE]
-    values.update({k: v for k, v in (flags or {}).items() if v is not None})
-    return _check(Settings(**values))
+        origins["store_url"] = f"${ENV_STORE}"
+    for attr, v in (flags or {}).items():
+        if v is not None:
+            values[attr] = v
+            origins[attr] = FLAG_NAMES.get(attr, attr)
+    return _check(Settings(**values, origins=origins))

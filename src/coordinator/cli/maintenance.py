@@ -1,18 +1,25 @@
-"""``txnlog compact`` and ``txnlog gc``: maintenance from the command line (see :mod:`coordinator.maintenance`)."""
+"""``txnlog compact`` and ``txnlog gc``: maintenance from the command line (see :mod:`coordinator.maintenance`).
+Compaction changes no offset and deletes nothing, so it runs at once; GC deletes files, so it shows what it would
+delete unless ``--execute``.
+"""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from coordinator.cli_common import EXIT_OK, Output, render_table
-from coordinator.cli_config import Settings
+from coordinator.cli.common import EXIT_OK, Output, fmt_bytes, render_table
+from coordinator.cli.config import Settings
 from coordinator.errors import InvalidOptionError
 from coordinator.maintenance import DEFAULT_GC_GRACE_MS, MaintenanceReport, compact_partition, gc_partition
+from coordinator.store import Store
 from coordinator.topics import get_topic, list_topics
 
+#: Paths listed by a human ``gc`` (all of them with ``--json``).
+GC_PATHS_SHOWN = 20
 
-def _partitions(args: argparse.Namespace, store: Any) -> list[tuple[str, int]]:
+
+def _partitions(args: argparse.Namespace, store: Store) -> list[tuple[str, int]]:
     names = [args.topic] if args.topic else list_topics(store)
     out = []
     for name in names:
@@ -30,7 +37,7 @@ def cmd_compact(args: argparse.Namespace, settings: Settings, out: Output) -> in
     store = settings.open(write=True)
     coord = settings.coordinator(store)
     parts = _partitions(args, store)
-    bar = out.progress("compact: partitions", len(parts))
+    bar = out.progress("compact", len(parts), unit="partitions")
     rows = []
     for topic, p in parts:
         r = compact_partition(coord, topic, p, target_bytes=target, fmt=settings.segment_format)
@@ -42,27 +49,33 @@ def cmd_compact(args: argparse.Namespace, settings: Settings, out: Output) -> in
     if out.json_mode:
         out.emit_json(rows)
     else:
-        out.emit(render_table(rows, ["topic", "partition", "merged_groups", "segments_before", "segments_after"]))
+        out.emit(render_table(rows, ["topic", "partition", "merged_groups", "segments_before", "segments_after"],
+                              ["TOPIC", "PARTITION", "MERGED", "SEGMENTS BEFORE", "SEGMENTS AFTER"]))
     return EXIT_OK
 
 
 def cmd_gc(args: argparse.Namespace, settings: Settings, out: Output) -> int:
-    """Delete segment files nothing live names, older than the grace period."""
+    """Delete segment files nothing live names, older than the grace period (a dry run unless ``--execute``)."""
     grace_ms = DEFAULT_GC_GRACE_MS if args.grace is None else int(args.grace * 1000)
-    store = settings.open(write=not args.dry_run)
+    store = settings.open(write=args.execute)
     coord = settings.coordinator(store)
     parts = _partitions(args, store)
-    bar = out.progress("gc: partitions", len(parts))
+    bar = out.progress("gc", len(parts), unit="partitions")
     total = MaintenanceReport()
     for topic, p in parts:
-        total.add(gc_partition(coord, topic, p, grace_ms=grace_ms, dry_run=args.dry_run))
+        total.add(gc_partition(coord, topic, p, grace_ms=grace_ms, dry_run=not args.execute))
         bar()
     bar.close()
-    result = {"dry_run": bool(args.dry_run), "grace_s": grace_ms / 1000, "files": len(total.deleted_files),
-              "bytes": total.deleted_bytes, "paths": total.deleted_files}
+    result: dict[str, Any] = {"dry_run": not args.execute, "grace_ms": grace_ms, "files": len(total.deleted_files),
+                              "bytes": total.deleted_bytes, "paths": total.deleted_files}
     if out.json_mode:
         out.emit_json(result)
-    else:
-        verb = "would delete" if args.dry_run else "deleted"
-        out.emit(f"{verb} {result['files']} file(s), {result['bytes']} bytes (grace {result['grace_s']:g}s)")
+        return EXIT_OK
+    for path in total.deleted_files[:GC_PATHS_SHOWN]:
+        out.emit(path)
+    if len(total.deleted_files) > GC_PATHS_SHOWN:
+        out.emit(f"... and {len(total.deleted_files) - GC_PATHS_SHOWN} more (--json lists them all)")
+    verb = "deleted" if args.execute else "would delete"
+    out.emit(f"{verb} {result['files']} file(s), {fmt_bytes(result['bytes'])} (retired or written more than "
+             f"{grace_ms / 1000:g} s ago)" + ("" if args.execute else "; run again with --execute to delete them"))
     return EXIT_OK

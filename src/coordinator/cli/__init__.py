@@ -1,0 +1,69 @@
+"""``txnlog``: the operator's command line (see ``docs/cli.md``).
+
+```
+txnlog --store file:///data/lake topics
+txnlog describe orders
+txnlog txns                             # transactional ids, open transactions, recent decisions
+txnlog resolve p.3.0.7 --abort          # what aborting an open transaction would do (--execute does it)
+txnlog reset-offsets billing --topic orders --to-earliest --execute
+txnlog verify                           # exit 1 if any file is missing or damaged
+txnlog coordinator run --interval 5
+```
+
+Every command takes ``--json`` for scripts, and the store options ``--store`` (or ``TXNLOG_STORE``),
+``--config FILE`` (TOML), ``--s3-endpoint``, ``--s3-region``, ``--s3-key``/``--s3-secret`` (otherwise the standard
+AWS credential chain), before or after the command name. Exit codes: 0 ok, 1 problems found / not ok, 2 usage or
+invalid option, 3 not found, 4 store error, 5 no txnlog store at the URL. Read-only commands never write to the
+store nor create it. This package never imports pyspark.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+from coordinator.cli.common import EXIT_USAGE, Output, exit_code_for, scrub
+from coordinator.cli.config import load_settings
+from coordinator.cli.parser import build_parser
+
+__all__ = ["build_parser", "main"]
+
+DEBUG_ENV = "TXNLOG_DEBUG"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line with ``argv`` (default ``sys.argv[1:]``); returns the exit code. Every error is one
+    line on stderr (``txnlog: error: ...``) scrubbed of the credentials given as flags; ``TXNLOG_DEBUG=1`` shows
+    tracebacks instead."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    secrets = (getattr(args, "s3_key", None), getattr(args, "s3_secret", None))
+    try:
+        settings = load_settings(config=getattr(args, "config", None), flags={
+            "store_url": getattr(args, "store", None),
+            "s3_endpoint": getattr(args, "s3_endpoint", None),
+            "s3_region": getattr(args, "s3_region", None),
+            "s3_key": secrets[0],
+            "s3_secret": secrets[1],
+        })
+        out = Output(sys.stdout, sys.stderr, json_mode=bool(getattr(args, "json", False)),
+                     progress=getattr(args, "progress", None))
+        code: int = args.func(args, settings, out)
+        return code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        sys.stderr.write(f"txnlog: error: {scrub(str(exc) or type(exc).__name__, secrets)}\n")
+        return exit_code_for(exc)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""Topic administration beyond creation: deleting a topic and changing its config (retention). Adding partitions is
+:func:`coordinator.topics.add_partitions`.
+
+**Deletion** marks the topic deleted first (``topics/<t>/meta/deleted.json``, a conditional create), so new readers
+and writers get ``TopicNotFoundError`` at once, then deletes its partitions' segments, records and checkpoints.
+The definition files stay, and the name is not reused: the transaction log keeps the partitions' offsets, so a new
+topic of the same name would not start at offset 0. A writer that cached the definition before the deletion may
+still stage and commit into the deleted folder; deleting again removes what it left. Stop the topic's writers
+first, as with Kafka.
+
+**Config** changes write the next definition version (a conditional create, retried on a race), like
+``add_partitions``: readers pick the latest version up at their next open.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from coordinator import parallel
+from coordinator.coordinator import TransactionCoordinator
+from coordinator.errors import InvalidOptionError
+from coordinator.layout import topic_dir, topic_meta_dir, topic_meta_path
+from coordinator.store import Store
+from coordinator.topics import DELETED_MARKER, TopicMeta, get_topic
+
+#: Topic config keys and what they mean (the retention the maintenance sweep applies).
+CONFIG_KEYS: dict[str, str] = {
+    "retention.ms": "delete whole segments whose records were all committed more than this many ms ago",
+    "retention.bytes": "delete the oldest whole segments while a partition holds more than this many bytes",
+}
+
+
+@dataclass
+class TopicDeletion:
+    """What deleting a topic removes: every file below ``topics/<name>/`` except its definitions."""
+
+    topic: str
+    partitions: int
+    paths: list[str] = field(default_factory=list)
+    bytes: int = 0
+    executed: bool = False
+
+
+def plan_delete_topic(store: Store, name: str) -> TopicDeletion:
+    """What :func:`delete_topic` would remove (reads only).
+
+    Raises:
+        TopicNotFoundError: no such topic (or already deleted).
+    """
+    return _leftovers(store, name, get_topic(store, name).partitions)
+
+
+def delete_topic(coord: TransactionCoordinator, name: str) -> TopicDeletion:
+    """Delete topic ``name`` (see the module docstring): mark it deleted, checkpoint the transaction log (so no
+    later checkpoint writer rewrites the topic's partition records), then delete its partitions' files.
+
+    Raises:
+        TopicNotFoundError: no such topic (or already deleted).
+        StoreError: the store failed (the topic is deleted once the marker exists; run again to finish).
+    """
+    store = coord.store
+    plan = plan_delete_topic(store, name)
+    store.put_if_absent(f"{topic_meta_dir(name)}/{DELETED_MARKER}",
+                        json.dumps({"topic": name, "deleted_ms": int(store.now() * 1000)}).encode())
+    coord.log.refresh()
+    coord.log.write_checkpoint()
+    plan = _leftovers(store, name, plan.partitions)
+    parallel.pmap(store.delete, plan.paths)
+    plan.executed = True
+    return plan
+
+
+def _leftovers(store: Store, name: str, partitions: int) -> TopicDeletion:
+    """Every file below the topic's folder except its definitions."""
+    plan = TopicDeletion(name, partitions)
+    meta_dir = topic_meta_dir(name) + "/"
+    for info in store.list_info(topic_dir(name)):
+        if not info.path.startswith(meta_dir):
+            plan.paths.append(info.path)
+            plan.bytes += info.size
+    return plan
+
+
+def check_config(updates: Mapping[str, str]) -> dict[str, str]:
+    """Validate topic config values: known keys, positive integers.
+
+    Raises:
+        InvalidOptionError: naming the key and the value.
+    """
+    out = {}
+    for key, value in updates.items():
+        if key not in CONFIG_KEYS:
+            raise InvalidOptionError(f"unknown topic config {key!r} (known: {', '.join(sorted(CONFIG_KEYS))})")
+        text = str(value).strip()
+        if not text.isdigit() or int(text) <= 0:
+            raise InvalidOptionError(f"topic config {key} must be a positive integer, got {value!r}")
+        out[key] = str(int(text))
+    return out
+
+
+def set_topic_config(store: Store, name: str, updates: Mapping[str, str], remove: Iterable[str] = ()) -> TopicMeta:
+    """Set the ``updates`` config values of topic ``name`` and remove the ``remove`` keys, as the next definition
+    version. Returns the new definition (the current one when nothing changes).
+
+    Raises:
+        InvalidOptionError: an unknown key or a bad value.
+        TopicNotFoundError: no such topic.
+    """
+    values = check_config(updates)
+    drop = list(remove)
+    for key in drop:
+        if key not in CONFIG_KEYS:
+            raise InvalidOptionError(f"unknown topic config {key!r} (known: {', '.join(sorted(CONFIG_KEYS))})")
+    while True:
+        cur = get_topic(store, name)
+        config = {k: v for k, v in cur.config.items() if k not in drop} | values
+        if config == dict(cur.config):
+            return cur
+        new = replace(cur, config=config, version=cur.version + 1)
+        if store.put_if_absent(topic_meta_path(name, new.version), new.to_bytes()):
+            return new

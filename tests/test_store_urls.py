@@ -1,0 +1,64 @@
+"""Opening a local store creates nothing until the first write, and store URLs are parsed as URLs (``file:/abs``,
+``file:///abs``, ``file://localhost/abs``, plain paths), never as folder names."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from coordinator import InvalidOptionError, LocalStore, open_store
+from coordinator.store import local_path
+
+
+def test_opening_a_local_store_creates_nothing_until_the_first_write(tmp_path: Path) -> None:
+    root = tmp_path / "a" / "b" / "lake"
+    store = open_store(str(root), probe=False)
+    assert isinstance(store, LocalStore)
+    assert store.list("") == [] and store.list_dirs("") == [] and store.list_info("") == []
+    with pytest.raises(FileNotFoundError):
+        store.get("_txn/format.json")
+    assert not (tmp_path / "a").exists()
+    assert store.put_if_absent("x/y.json", b"1")
+    assert (root / "x" / "y.json").read_bytes() == b"1"
+
+
+@pytest.mark.parametrize("form", ["file:{p}", "file://{p}", "file://localhost{p}", "{p}", "FILE://{p}"])
+def test_file_url_forms_name_the_same_folder(tmp_path: Path, form: str) -> None:
+    root = tmp_path / "lake"
+    store = open_store(form.format(p=root), probe=False)
+    assert store.url == f"file://{root}"
+    store.put("k", b"v")
+    assert (root / "k").read_bytes() == b"v"
+    assert not any(p.name.startswith("file:") for p in Path.cwd().iterdir())
+
+
+def test_relative_paths_and_escapes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert local_path("lake") == str(tmp_path / "lake")
+    assert local_path("./my:lake") == str(tmp_path / "my:lake")
+    assert local_path("file:///data/my%20lake") == "/data/my lake"
+    assert local_path("s3://bucket/x") is None and local_path("memory://m") is None
+
+
+@pytest.mark.parametrize("url, fragment", [
+    ("file://otherhost/data", "names host 'otherhost'"),
+    ("file:data", "not an absolute path"),
+    ("ftp://x/y", "not supported"),
+    ("   ", "is empty"),
+])
+def test_bad_store_urls_are_refused(url: str, fragment: str) -> None:
+    with pytest.raises(InvalidOptionError, match=fragment):
+        open_store(url, probe=False)
+
+
+def test_opening_creates_nothing_and_the_probe_precedes_the_first_write(tmp_path: Path) -> None:
+    from coordinator.store import probe_conditional_writes
+
+    root = tmp_path / "probed"
+    store = open_store(str(root), probe=True)
+    assert not root.exists()  # opening (and reading) writes nothing
+    assert store.list("_txn/log") == [] and not root.exists()
+    probe_conditional_writes(store)  # what a writer runs before its first conditional write
+    assert [f for _d, _s, fs in os.walk(root) for f in fs] == [next(iter(os.listdir(root / "_txn" / "probe")))]
