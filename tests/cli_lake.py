@@ -19,8 +19,8 @@ import pyarrow as pa
 import pytest
 
 from coordinator import Producer, ProducerConfig, Store, create_topic, faults, open_store, read_snapshot
-from coordinator.partitioner import LEGACY
 from coordinator.faults import InjectedCrash
+from coordinator.partitioner import LEGACY
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 TOPIC = "orders"
