@@ -55,6 +55,8 @@ DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS = 7 * 24 * 3600 * 1000
 #: Transactional ids of the reserved producers that commit group offsets outside transactions. User ids must
 #: start with a letter or digit, so they can never collide with these.
 GROUP_TID_PREFIX = "__group__."
+#: The durable form of a removed committed offset (group deletion).
+REMOVED = -1
 
 
 @dataclass(frozen=True)
@@ -279,9 +281,22 @@ class TransactionCoordinator:
         ref = parse_txn_id(txn)
         if ref is None or ref.kind != "p" or (ref.pid, ref.epoch) != (ident.pid, ident.epoch):
             raise InvalidOptionError(f"transaction id {txn!r} is not one of producer {ident}")
+        return self._commit(ident, txn, segments, _offsets(offsets), app=app, end_producer=end_producer)
+
+    def _commit(
+        self,
+        ident: ProducerIdentity,
+        txn: str,
+        segments: Iterable[SegmentRef],
+        offs: dict[str, dict[str, dict[str, int]]],
+        *,
+        app: tuple[str, int] | None = None,
+        end_producer: bool = False,
+    ) -> CommitResult:
+        ref = parse_txn_id(txn)
+        assert ref is not None
         segs = tuple(segments)
         self._check_partitions(segs)
-        offs = _offsets(offsets)
         req = commit_request(txn=txn, tid=ident.tid, pid=ident.pid, epoch=ident.epoch, n=ref.n,
                              app=None if app is None else check_name("txnAppId", app[0]),
                              version=-1 if app is None else int(app[1]), token=None if app is None else txn,
@@ -443,15 +458,24 @@ class TransactionCoordinator:
                 starts.setdefault(meta.name, {})[p] = pm.start
         return Snapshot(st.seq, ends, starts)
 
-    def commit_group_offsets(self, group: str, offsets: Mapping[str, Mapping[int, int]]) -> None:
+    def commit_group_offsets(
+        self, group: str, offsets: Mapping[str, Mapping[int, int]], *, remove: Iterable[tuple[str, int]] = ()
+    ) -> None:
         """Record consumer-group progress outside any transaction (Kafka's ``commitSync``): a transaction of the
-        group's own reserved producer that publishes no segments, only the offsets.
+        group's own reserved producer that publishes no segments, only the offsets. ``remove`` forgets the committed
+        offsets of those (topic, partition) pairs (a group left with none is deleted).
 
         Raises:
             InvalidNameError: bad group name.
+            InvalidOptionError: a negative offset.
             CommitStateUnknownError: the outcome could not be learned.
         """
         check_name("group", group)
+        _offsets({group: offsets})  # refuse negatives before anything is written
+        merged: dict[str, dict[int, int]] = {t: dict(ps) for t, ps in offsets.items()}
+        for t, p in remove:
+            merged.setdefault(t, {})[p] = REMOVED
+        offsets = merged
         tid = f"{GROUP_TID_PREFIX}{group}"
         for _ in range(10):
             meta = self.log.refresh().producers.get(tid)
@@ -462,7 +486,8 @@ class TransactionCoordinator:
                 ident = ProducerIdentity(tid, meta.pid, meta.epoch)
                 n = meta.last_txn + 1
             try:
-                self.commit(ident, ident.txn_id(n), (), offsets={group: offsets})
+                self._commit(ident, ident.txn_id(n), (), {group: {t: {str(p): int(o) for p, o in ps.items()}
+                                                                    for t, ps in offsets.items()}})
                 return
             except (ProducerFencedError, InvalidTxnStateError):
                 continue  # another process committed this group's offsets meanwhile: take the next number
@@ -552,10 +577,20 @@ class TransactionCoordinator:
 
 
 def _offsets(offsets: Mapping[str, Mapping[str, Mapping[int, int]]] | None) -> dict[str, dict[str, dict[str, int]]]:
+    """Group offsets in their durable form.
+
+    Raises:
+        InvalidNameError: a bad group name.
+        InvalidOptionError: a negative offset (a negative value is how the log records a removed offset).
+    """
     offs = {g: {t: {str(p): int(o) for p, o in ps.items()} for t, ps in ts.items()}
             for g, ts in (offsets or {}).items()}
-    for g in offs:
+    for g, ts in offs.items():
         check_name("group", g)
+        for t, ps in ts.items():
+            for p, o in ps.items():
+                if o < 0:
+                    raise InvalidOptionError(f"offset {o} of group {g!r} for {t}/{p} is negative")
     return offs
 
 

@@ -128,7 +128,11 @@ def apply_changes(coord: TransactionCoordinator, group: str, changes: Sequence[O
         CommitStateUnknownError: the outcome could not be learned.
     """
     offsets: dict[str, dict[int, int]] = {}
+    removed = []
     for c in changes:
-        offsets.setdefault(c.topic, {})[c.partition] = -1 if c.new is None else c.new
-    if offsets:
-        coord.commit_group_offsets(group, offsets)
+        if c.new is None:
+            removed.append((c.topic, c.partition))
+        else:
+            offsets.setdefault(c.topic, {})[c.partition] = c.new
+    if offsets or removed:
+        coord.commit_group_offsets(group, offsets, remove=removed)

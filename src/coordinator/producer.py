@@ -38,6 +38,7 @@ from coordinator.errors import (
     ProducerFencedError,
     TxnLogError,
 )
+from coordinator.layout import check_name
 from coordinator.partitioner import legacy_partition, partition_for
 from coordinator.records import SegmentRef
 from coordinator.segments import FORMATS, stage_segment
@@ -215,6 +216,11 @@ class Producer:
             InvalidTxnStateError: no open transaction.
         """
         self._check_open()
+        check_name("group", group_id)
+        for topic, parts in offsets.items():
+            for p, o in parts.items():
+                if int(o) < 0:
+                    raise InvalidOptionError(f"offset {o} of {topic}/{p} for group {group_id!r} is negative")
         g = self._offsets.setdefault(group_id, {})
         for topic, parts in offsets.items():
             g.setdefault(topic, {}).update({int(p): int(o) for p, o in parts.items()})
