@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from coordinator import Producer, ProducerConfig, Store, TransactionCoordinator, create_topic, new_txn_id, open_store
+from coordinator import Producer, ProducerConfig, Store, TransactionCoordinator, create_topic, open_store
 from coordinator.segments import stage_segment
 
 SCHEMA = pa.schema([("id", pa.int64()), ("value", pa.float64()), ("name", pa.string()), ("ts", pa.int64())])
@@ -70,13 +70,16 @@ def bench_commits(store: Store, commits: int) -> list[tuple[int, float, float, f
     ident = coord.init_producer("bench-" + topic)
     small = make_table(10)
     out = []
+    n = 0
     for touched in (1, 4, 16):
         times, cond, total = [], [], []
         for _ in range(commits):
-            segs = [stage_segment(store, topic, p, small, uuid.uuid4().hex) for p in range(touched)]
+            txn = ident.txn_id(n)
+            n += 1
+            segs = [stage_segment(store, topic, p, small, f"{txn}~{p}") for p in range(touched)]
             before = store.counters.snapshot()
             t0 = time.perf_counter()
-            coord.commit(ident, new_txn_id(ident.pid, ident.epoch), segs)
+            coord.commit(ident, txn, segs)
             times.append((time.perf_counter() - t0) * 1000)
             after = store.counters.snapshot()
             cond.append(after.get("put_if_absent", 0) - before.get("put_if_absent", 0))
