@@ -109,18 +109,18 @@ def test_transactions_report_producers_open_and_recent_decisions(lake: Lake) -> 
     crashy, aborted, first = d["recent"]
     assert first["records"] == 10 and first["groups"] == [GROUP] and first["reason"] is None
     assert first["partitions"] == [f"{TOPIC}/0", f"{TOPIC}/1"]
-    # What an aborted transaction touched comes from its staged files, with the reason from the log.
+    # What an aborted transaction touched is recorded with the decision (the producer says what it staged).
     assert aborted["partitions"] == [f"{TOPIC}/0"] and aborted["records"] == 1
     assert aborted["reason"] == "aborted by producer"
     assert crashy["partitions"] == [f"{TOPIC}/1"] and crashy["records"] == 1
     assert ti.recent_transactions(store, limit=1)[0]["txn"] == lake.crashy_txn
     assert ti.recent_transactions(store, limit=0) == [] and ti.log_tail(store, 0) == []
     assert [e.seq for e in ti.log_tail(store, 2)] == [d["log_seq"] - 1, d["log_seq"]]
-    # Once GC has deleted the aborted transaction's files, what it touched is unknown (None), not made up.
+    # Once GC has deleted the aborted transaction's files, what it touched is still known from the log.
     coord = TransactionCoordinator(store)
     gc_partition(coord, TOPIC, 0, grace_ms=0, now=(store.now() + 3600) * 1000)
     again = {r["txn"]: r for r in ti.transactions(store)["recent"]}
-    assert again[lake.aborted_txn]["partitions"] is None and again[lake.aborted_txn]["records"] is None
+    assert again[lake.aborted_txn]["partitions"] == [f"{TOPIC}/0"] and again[lake.aborted_txn]["records"] == 1
 
 
 def test_find_transaction_follows_the_durable_record(lake: Lake) -> None:

@@ -340,8 +340,10 @@ class TransactionCoordinator:
         raise _error(req, out)
 
     def abort(self, ident: ProducerIdentity, txn: str, *, reason: str = "aborted by producer",
-              end_producer: bool = False) -> None:
-        """Abort producer transaction ``txn``: it can never commit afterwards.
+              end_producer: bool = False, staged: Iterable[SegmentRef] = (),
+              offsets: Mapping[str, Mapping[str, Mapping[int, int]]] | None = None) -> None:
+        """Abort producer transaction ``txn``: it can never commit afterwards. ``staged`` and ``offsets`` (what the
+        transaction had staged and the group offsets it carried) are recorded with the decision for operators.
 
         Raises:
             ProducerFencedError: a newer epoch exists (the transaction can never commit anyway).
@@ -352,7 +354,7 @@ class TransactionCoordinator:
         if ref is None or ref.kind != "p" or (ref.pid, ref.epoch) != (ident.pid, ident.epoch):
             raise InvalidOptionError(f"transaction id {txn!r} is not one of producer {ident}")
         req = abort_request(txn=txn, tid=ident.tid, pid=ident.pid, epoch=ident.epoch, n=ref.n, reason=reason,
-                            end_producer=end_producer)
+                            end_producer=end_producer, segments=tuple(staged), offsets=_offsets_lenient(offsets))
         out = self.log.submit(req)
         if out.status == "aborted":
             return
@@ -360,7 +362,8 @@ class TransactionCoordinator:
             raise AlreadyCommittedError(f"transaction {txn} of {ident.tid!r} is already committed")
         raise _error(req, out)
 
-    def abort_app(self, app: str, version: int, token: str, *, reason: str = "aborted") -> bool:
+    def abort_app(self, app: str, version: int, token: str, *, reason: str = "aborted",
+                  staged: Iterable[SegmentRef] = ()) -> bool:
         """Make attempt ``token`` of version ``version`` of ``app`` never committable (its files may then go).
 
         Returns:
@@ -369,7 +372,7 @@ class TransactionCoordinator:
             CommitStateUnknownError: the outcome could not be learned.
         """
         txn = app_txn_id(app, version, token)
-        req = abort_request(txn=txn, app=app, version=version, token=token, reason=reason)
+        req = abort_request(txn=txn, app=app, version=version, token=token, reason=reason, segments=tuple(staged))
         out = self.log.submit(req)
         if out.status == "aborted":
             return True
@@ -592,6 +595,13 @@ def _offsets(offsets: Mapping[str, Mapping[str, Mapping[int, int]]] | None) -> d
                 if o < 0:
                     raise InvalidOptionError(f"offset {o} of group {g!r} for {t}/{p} is negative")
     return offs
+
+
+def _offsets_lenient(offsets: Mapping[str, Mapping[str, Mapping[int, int]]] | None) -> dict[str, dict[str, dict[str,
+                                                                                                       int]]]:
+    """Group offsets as an abort records them (never applied, so not checked)."""
+    return {str(g): {str(t): {str(p): int(o) for p, o in ps.items()} for t, ps in ts.items()}
+            for g, ts in (offsets or {}).items()}
 
 
 def _error(req: TxnRequest, out: Outcome) -> Exception:

@@ -272,9 +272,13 @@ def _decide_txn(req: TxnRequest, st: CoordinatorState) -> Item | None:
                 req, req.txn, "reaped", f"attempt {req.token} of {req.app!r} version {req.version} was "
                                         "aborted (reaped by GC after the grace period); replay the batch")
     if req.abort:
+        staged: dict[str, int] = {}
+        for seg in req.segments:
+            key = f"{seg.topic}/{seg.partition}"
+            staged[key] = staged.get(key, 0) + seg.rows
         return AbortItem(req.id, txn=req.txn, tid=req.tid, pid=req.pid, epoch=req.epoch, n=req.n, app=req.app,
                          version=req.version, token=req.token, reason=req.reason, fence=req.fence,
-                         end_producer=req.end_producer)
+                         end_producer=req.end_producer, staged=staged, groups=tuple(sorted(req.offsets)))
     parts = _assign(st, kept)
     return CommitItem(req.id, txn=req.txn, tid=req.tid, pid=req.pid, epoch=req.epoch, n=req.n, app=req.app,
                       version=req.version, token=req.token, parts=parts, offsets=req.offsets, seqs=seqs,

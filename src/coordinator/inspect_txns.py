@@ -77,8 +77,9 @@ def _touched(item: CommitItem) -> list[str]:
 def decision_rows(entry: LogEntry, now_ms: int) -> list[dict[str, Any]]:
     """One row per transaction decision in ``entry`` (commits, aborts, refused commits; not inits or maintenance):
     ``seq``, ``time``, ``age_ms``, ``txn``, ``tid``, ``app``, ``version``, ``state``, ``partitions`` (``topic/p``
-    list), ``records``, ``segments``, ``groups``, ``reason``, ``request``. For aborts and refusals ``partitions``,
-    ``records``, ``segments`` and ``groups`` are None (the log does not record them; see :func:`staged_by_txn`)."""
+    list), ``records``, ``segments``, ``groups``, ``reason``, ``request``. An abort records what its requester had
+    staged (partitions, records) and the groups it carried; for refusals, and aborts by a sweep or an operator,
+    those are None (see :func:`staged_by_txn`)."""
     rows: list[dict[str, Any]] = []
     for item in entry.items:
         base: dict[str, Any] = {"seq": entry.seq, "time": utc(entry.ts), "age_ms": now_ms - entry.ts,
@@ -94,10 +95,13 @@ def decision_rows(entry: LogEntry, now_ms: int) -> list[dict[str, Any]]:
             reason = item.reason or None
             if item.skipped:
                 reason = f"skipped: {item.reason}"
+            told = bool(item.staged or item.groups)  # what the requester said it had staged
             rows.append(base | {
                 "txn": item.txn, "tid": item.tid, "app": item.app,
                 "version": item.version if item.app is not None else None, "state": ABORTED,
-                "partitions": None, "records": None, "segments": None, "groups": None, "reason": reason})
+                "partitions": sorted(item.staged) if told else None,
+                "records": sum(item.staged.values()) if told else None, "segments": None,
+                "groups": list(item.groups) if told else None, "reason": reason})
         elif isinstance(item, RejectItem) and item.txn:
             ref = parse_txn_id(item.txn)
             rows.append(base | {

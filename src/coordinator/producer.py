@@ -282,12 +282,13 @@ class Producer:
         assert self.identity is not None
         txn = self._txn
         needs_log = bool(self._staged or self._opened or self._unresolved)
-        opened, staged = self._opened, self._staged
+        opened, staged, offsets = self._opened, self._staged, self._offsets
         self._finish(txn, committed=False)  # local state first: a failure below leaves no half-open transaction
         if not needs_log:
             return  # nothing left this process: the number is still free
         try:
-            self.coordinator.abort(self.identity, txn)
+            self.coordinator.abort(self.identity, txn, staged=staged,
+                                   offsets={g: {t: dict(ps) for t, ps in ts.items()} for g, ts in offsets.items()})
         except ProducerFencedError:
             self._fenced = True
             raise

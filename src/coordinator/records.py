@@ -279,12 +279,20 @@ class AbortItem(Item):
     end_producer: bool = False
     #: the producer transaction carried an app version that was already committed: skipped, not failed
     skipped: bool = False
+    #: what the transaction had staged when it was aborted ("topic/partition" -> rows) and the groups whose offsets
+    #: it carried, as its requester told (for operators: ``txnlog txns``)
+    staged: dict[str, int] = field(default_factory=dict)
+    groups: tuple[str, ...] = ()
     op = "abort"
 
     def body(self) -> dict[str, Any]:
         d: dict[str, Any] = {"txn": self.txn, "reason": self.reason}
         if self.skipped:
             d["skipped"] = True
+        if self.staged:
+            d["staged"] = self.staged
+        if self.groups:
+            d["groups"] = list(self.groups)
         if self.tid is not None:
             d.update(tid=self.tid, pid=self.pid, epoch=self.epoch, n=self.n)
         if self.app is not None:
@@ -375,7 +383,9 @@ def _item(d: dict[str, Any]) -> Item:
                          epoch=int(d.get("epoch", -1)), n=int(d.get("n", -1)), app=d.get("app"),
                          version=int(d.get("version", -1)), token=d.get("token"), reason=str(d.get("reason", "")),
                          fence=bool(d.get("fence", False)), end_producer=bool(d.get("end_producer", False)),
-                         skipped=bool(d.get("skipped", False)))
+                         skipped=bool(d.get("skipped", False)),
+                         staged={str(k): int(v) for k, v in d.get("staged", {}).items()},
+                         groups=tuple(str(g) for g in d.get("groups", ())))
     if op == "init":
         return InitItem(req, tid=str(d["tid"]), pid=int(d["pid"]), epoch=int(d["epoch"]),
                         timeout_ms=int(d["timeout_ms"]), ephemeral=bool(d.get("ephemeral", False)))

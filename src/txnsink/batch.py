@@ -111,7 +111,7 @@ class TxnBatchWriter(DataSourceArrowWriter):
         _msgs, segs = gather(messages)
         try:
             coord = self._coordinator()
-            coord.abort(self.ident, self.txn, reason="Spark job aborted", end_producer=self.ephemeral)
+            coord.abort(self.ident, self.txn, reason="Spark job aborted", end_producer=self.ephemeral, staged=segs)
         except AlreadyCommittedError:
             return
         except (ProducerFencedError, InvalidTxnStateError):

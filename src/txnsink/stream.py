@@ -192,7 +192,8 @@ class TxnStreamWriter(DataSourceStreamArrowWriter):
         app, token = attempt
         try:
             store = self._store()
-            aborted = TransactionCoordinator(store).abort_app(app, batchId, token, reason="Spark batch aborted")
+            aborted = TransactionCoordinator(store).abort_app(app, batchId, token, reason="Spark batch aborted",
+                                                              staged=segs)
         except TxnLogError:
             return  # outcome unknown: keep the files (GC removes them once the attempt is decided)
         if aborted:
