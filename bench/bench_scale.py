@@ -309,7 +309,7 @@ def bounded_state(commits: int, jobs: int, producers: int = 16) -> dict[str, flo
                              1, 100, 0)
             coord.commit(ident, ident.txn_id(k), [seg])
             if n and n % 50_000 == 0:
-                coord.log.truncate(grace_ms=0)
+                coord.log.truncate(now=time.time() + 3600)  # as if an hour passed: every checkpoint is old
                 print(f"  {n} commits, {time.monotonic() - t0:.0f} s", file=sys.stderr)
         for j in range(jobs):
             ident = coord.init_producer(f"spark-batch-{uuid.uuid4().hex}", ephemeral=True)
@@ -317,7 +317,7 @@ def bounded_state(commits: int, jobs: int, producers: int = 16) -> dict[str, flo
                              1, 100, 0)
             coord.commit(ident, ident.txn_id(0), [seg], end_producer=True)
         coord.log.write_checkpoint()
-        coord.log.truncate(grace_ms=0)
+        coord.log.truncate(now=time.time() + 3600)
         last = store.get("_txn/checkpoint/_last.json")
         txn_objects = len(store.list_info("_txn"))
         return {"commits": commits, "batch_jobs": jobs, "checkpoint_bytes": len(last), "objects_under_txn": txn_objects,

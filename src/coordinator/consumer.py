@@ -281,8 +281,11 @@ class Consumer:
                 self._positions[tp] = pos = snap.starts[topic][p]
             available[tp] = max(0, snap.ends[topic][p] - pos)
         shares = fair_shares(available, limit, self._turn)
-        self._turn += 1
         tables: list[pa.Table] = []
+        moved: dict[TopicPartition, int] = {}
+        seen: set[str] = set()
+        # Positions move only once every read of this poll succeeded: a poll that fails returns nothing and the
+        # next one reads the same records again.
         for tp in sorted(self._positions):
             topic, p = tp
             pos, n = self._positions[tp], shares[tp]
@@ -292,15 +295,18 @@ class Consumer:
                 batches = list(read_range(self.store, plog, pos, pos + n, self._schemas[topic]))
                 if batches:
                     tables.append(pa.Table.from_batches(batches, schema=self._schemas[topic]))
-                self._positions[tp] = pos + n
+                moved[tp] = pos + n
             if self.isolation_level == READ_UNCOMMITTED:
                 plog = self.coordinator.partition(topic, p)
                 plog.refresh()
                 new = [x for x in uncommitted_paths(self.store, plog) if x not in self._seen_uncommitted]
-                self._seen_uncommitted.update(new)
+                seen.update(new)
                 batches = list(read_uncommitted(self.store, plog, self._schemas[topic], new))
                 if batches:
                     tables.append(pa.Table.from_batches(batches, schema=self._schemas[topic]))
+        self._positions.update(moved)
+        self._seen_uncommitted.update(seen)
+        self._turn += 1
         if not tables:
             return self._schemas[topics[0]].empty_table() if len(topics) == 1 else pa.table({})
         return pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]

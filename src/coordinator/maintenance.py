@@ -259,12 +259,17 @@ def gc_partition(
 
 def truncate_partition(coord: TransactionCoordinator, topic: str, partition: int, *,
                        grace_ms: int = DEFAULT_GC_GRACE_MS, now: float | None = None) -> int:
-    """Delete partition records and checkpoints below the newest partition checkpoint older than ``grace_ms``.
-    Returns how many objects were deleted."""
+    """Delete partition records and checkpoints below the newest partition checkpoint older than ``grace_ms``, and
+    only records of log entries the newest coordinator checkpoint covers (the checkpoint writer makes sure the
+    records of entries after it exist, and would write deleted ones again). Returns how many objects were
+    deleted."""
     cdir = partition_checkpoint_dir(topic, partition)
     cks = [(n, i) for i in coord.store.list_info(cdir) if (n := parse_seq(i.path.rsplit("/", 1)[-1])) is not None]
     t = coord.store.now() * 1000 if now is None else now
     old = [n for n, i in cks if t - i.mtime * 1000 > grace_ms]
+    ck = coord.log.last_checkpoint()
+    covered = ck.partition(topic, partition).next_idx - 1 if ck is not None else -1
+    old = [n for n in old if n <= covered]
     if not old:
         return 0
     keep = max(old)
@@ -308,10 +313,12 @@ def maintain(
             plog = coord.partition(name, p)
             plog.refresh()
             plog.write_checkpoint()
-            if gc:
-                truncate_partition(coord, name, p, grace_ms=grace_ms)
     coord.log.refresh()
     coord.log.write_checkpoint()
+    if gc:
+        for name in topics if topics is not None else list_topics(coord.store):
+            for p in range(get_topic(coord.store, name).partitions):
+                truncate_partition(coord, name, p, grace_ms=grace_ms)
     if gc:
         try:
             coord.log.truncate()

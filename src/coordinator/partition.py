@@ -111,6 +111,7 @@ class PartitionLog:
         self.checkpoint_interval = checkpoint_interval
         self._lock = threading.RLock()
         self._opened = False
+        self._opened_once = False
         self.next_idx = 0
         self.start_offset = 0
         self.end_offset = 0
@@ -164,6 +165,9 @@ class PartitionLog:
             if not self._opened:
                 self._load_checkpoint()
                 self._opened = True
+                self._opened_once = False
+            else:
+                self._opened_once = True
             for attempt in range(2):
                 try:
                     self._read_records()
@@ -177,6 +181,7 @@ class PartitionLog:
                     self._reopen()
 
     def _reopen(self) -> None:
+        self._opened_once = False
         self.next_idx = self.start_offset = self.end_offset = 0
         self.segments, self._bases, self.retired, self.last_commit_seq = [], [], {}, -1
         self.checkpoint_idx = -1
@@ -208,8 +213,8 @@ class PartitionLog:
             if rec is None:
                 if target is None or idx >= target:
                     return
-                if idx == self.next_idx and present and idx < min(present):
-                    raise _Behind()
+                if idx == self.next_idx and self._opened_once:
+                    raise _Behind()  # truncated under this view: the newest partition checkpoint may cover it
                 raise CorruptLogError(
                     f"partition record {marker_path(self.topic, self.partition, idx)} is missing and no "
                     "retained log entry defines it"

@@ -390,8 +390,9 @@ class Producer:
             self._stage(key)
 
     def _stage(self, key: tuple[str, int]) -> None:
-        tables = self._buffers.pop(key, [])
-        self._buffered_bytes.pop(key, None)
+        """Stage the buffered rows of one partition as a segment; the buffer is dropped only once the segment is
+        staged, so a failed stage loses nothing (a retry stages the same rows under the same name)."""
+        tables = self._buffers.get(key, [])
         if not tables:
             return
         assert self.identity is not None and self._txn is not None
@@ -419,5 +420,7 @@ class Producer:
                 self._fenced = True
                 raise
             self._opened = True
+        self._buffers.pop(key, None)
+        self._buffered_bytes.pop(key, None)
         self._next_seq[key] = seq + 1
         self._staged.append(ref)

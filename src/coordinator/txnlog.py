@@ -42,6 +42,7 @@ from coordinator.errors import (
     CommitStateUnknownError,
     ConcurrentCommitError,
     CorruptLogError,
+    InvalidOptionError,
     StoreError,
     UnsupportedFormatError,
 )
@@ -80,6 +81,8 @@ NUMBERED_EVERY = 4
 MAX_INTENTS_PER_ENTRY = 256
 #: A submit gives up after this long losing races (ConcurrentCommitError).
 SUBMIT_BUDGET_S = 120.0
+#: The shortest grace period log truncation accepts (see TransactionLog.truncate): twice RECENT_S.
+MIN_LOG_GRACE_MS = 60_000
 #: A first attempt right after reading the log (opening it, say) does not read it again.
 JUST_READ_S = 0.2
 #: A process that read the log this recently refreshes by asking for the next entry by name.
@@ -177,6 +180,10 @@ class TransactionLog:
         self._catch_up()
 
     # -- reading ----------------------------------------------------------------------------------------------
+
+    def last_checkpoint(self) -> CoordinatorState | None:
+        """The state of the newest coordinator checkpoint in the store (None: there is none)."""
+        return self._read_last_checkpoint()
 
     def _read_last_checkpoint(self) -> CoordinatorState | None:
         """The newest checkpoint: ``_last.json``, or the newest numbered one that decodes."""
@@ -423,10 +430,15 @@ class TransactionLog:
             attempt += 1
             if intentable and not wrote_intent:
                 intent_seq = self.state.seq
+                wrote_intent = True  # from here on the intent may exist, even if the put below fails
                 faults.point("intent.before")
-                self.store.put(intent_path(req.id), request_bytes(req))
+                try:
+                    self.store.put(intent_path(req.id), request_bytes(req))
+                except StoreError as exc:
+                    # applied or not, unknown: wait as if it were there; if it is not, the idle take-over below
+                    # decides the request anyway
+                    log.debug("intent %s may not be written: %s", req.id, exc)
                 faults.point("intent.after")
-                wrote_intent = True
             if time.monotonic() - start > SUBMIT_BUDGET_S:
                 msg = f"request {req.id} was not decided within {SUBMIT_BUDGET_S:.0f} s"
                 if wrote_intent:
@@ -688,14 +700,28 @@ class TransactionLog:
 
         parallel.pmap(checkpoint, due)
 
-    def truncate(self, grace_ms: int | None = None) -> int:
+    def truncate(self, grace_ms: int | None = None, *, now: float | None = None) -> int:
         """Delete log entries and checkpoints below the newest checkpoint that is older than the grace period,
-        and intents already decided. Returns how many objects were deleted."""
+        and intents already decided. Returns how many objects were deleted.
+
+        The grace period must exceed :data:`MIN_LOG_GRACE_MS`: a process that read the log within
+        :data:`RECENT_S` asks for its next entry by name, and must never find a deleted entry's name free (it
+        would write that entry again where no reader looks). ``now`` (store clock, seconds) is for tests; by
+        default ages are measured against the newest checkpoint.
+
+        Raises:
+            InvalidOptionError: a grace period below :data:`MIN_LOG_GRACE_MS`.
+        """
         grace = self.log_grace_ms if grace_ms is None else grace_ms
+        if grace < MIN_LOG_GRACE_MS:
+            raise InvalidOptionError(
+                f"log truncation grace period {grace} ms is below {MIN_LOG_GRACE_MS} ms: a process that read the "
+                "log less than that ago could write a deleted entry again"
+            )
         infos = [i for i in self.store.list_info(TXN_CHECKPOINT) if parse_seq(i.path.rsplit("/", 1)[-1]) is not None]
         if not infos:
             return 0
-        newest = max(i.mtime for i in infos)
+        newest = max(i.mtime for i in infos) if now is None else now
         old = [i for i in infos if (newest - i.mtime) * 1000 >= grace]
         if not old:
             return 0
