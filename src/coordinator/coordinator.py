@@ -238,7 +238,7 @@ class TransactionCoordinator:
         if wait:
             rm()
         else:
-            parallel.submit(rm)
+            parallel.background(rm)
 
     def check_current(self, ident: ProducerIdentity) -> None:
         """Read the log and check that ``ident`` is still the current epoch.
@@ -442,11 +442,12 @@ class TransactionCoordinator:
             TopicNotFoundError: a named topic does not exist.
         """
         names = list(topics) if topics is not None else list_topics(self.store)
-        reading = parallel.submit(self.log.refresh)  # the log and the topic definitions, at once
+        missing = [n for n in names if n not in self._topics]
+        fetching = parallel.start(lambda: parallel.pmap(self.topic, missing))  # the topics and the log, at once
         try:
-            parallel.pmap(self.topic, [n for n in names if n not in self._topics])
+            st = self.log.refresh()
         finally:
-            st = reading()
+            fetching()
         metas = [self.topic(n) for n in names]
         ends: dict[str, dict[int, int]] = {}
         starts: dict[str, dict[int, int]] = {}

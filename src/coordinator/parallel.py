@@ -21,28 +21,32 @@ R = TypeVar("R")
 
 #: Requests in flight at once, process-wide (environment ``TXNLOG_IO_THREADS``).
 MAX_WORKERS = int(os.environ.get("TXNLOG_IO_THREADS", "64"))
+#: Background jobs (derived work: partition records, checkpoints) running at once.
+MAX_BACKGROUND = 16
 
-_pool: ThreadPoolExecutor | None = None
+_pools: dict[str, ThreadPoolExecutor] = {}
 _pool_lock = threading.Lock()
-_in_worker = threading.local()
+_role = threading.local()
 
 
-def _executor() -> ThreadPoolExecutor:
-    global _pool
+def _executor(kind: str) -> ThreadPoolExecutor:
     with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="txnlog-io",
-                                       initializer=_mark_worker)
-        return _pool
+        pool = _pools.get(kind)
+        if pool is None:
+            size = MAX_WORKERS if kind == "io" else MAX_BACKGROUND
+            pool = _pools[kind] = ThreadPoolExecutor(max_workers=size, thread_name_prefix=f"txnlog-{kind}",
+                                                     initializer=_mark, initargs=(kind,))
+        return pool
 
 
-def _mark_worker() -> None:
-    _in_worker.yes = True
+def _mark(kind: str) -> None:
+    _role.kind = kind
 
 
-def _nested() -> bool:
-    """Whether the caller runs in a pool worker: its fan-out runs inline, so workers never wait on each other."""
-    return getattr(_in_worker, "yes", False)
+def _inside(kind: str) -> bool:
+    """Whether the caller is a worker of pool ``kind``: its own fan-out to that pool runs inline, so workers
+    never wait on each other. (Background jobs fan their requests out to the request pool.)"""
+    return getattr(_role, "kind", None) == kind
 
 
 def pmap(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
@@ -52,7 +56,7 @@ def pmap(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
     running behind the caller's back.
     """
     todo = list(items)
-    if len(todo) <= 1 or _nested():
+    if len(todo) <= 1 or _inside("io"):
         return [fn(x) for x in todo]
     injector = faults.current()
 
@@ -60,7 +64,7 @@ def pmap(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
         with faults.injected(injector):
             return fn(x)
 
-    futures = [_executor().submit(run, x) for x in todo]
+    futures = [_executor("io").submit(run, x) for x in todo]
     results: list[R] = []
     error: BaseException | None = None
     for f in futures:
@@ -74,10 +78,20 @@ def pmap(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
     return results
 
 
-def submit(fn: Callable[[], R]) -> Callable[[], R]:
-    """Start ``fn()`` in the pool; returns a function that waits for its result (re-raising its exception). From a
-    pool worker, ``fn`` runs at once."""
-    if _nested():
+def start(fn: Callable[[], R]) -> Callable[[], R]:
+    """Start request work ``fn()`` now, in the request pool, for a caller that waits for it shortly; returns a
+    function that waits for its result (re-raising its exception). From a request worker, ``fn`` runs at once."""
+    return _submit("io", fn)
+
+
+def background(fn: Callable[[], R]) -> Callable[[], R]:
+    """Run derived work ``fn()`` (partition records, checkpoints, clean-up) in the background pool; returns a
+    function that waits for its result. From a background worker, ``fn`` runs at once."""
+    return _submit("bg", fn)
+
+
+def _submit(kind: str, fn: Callable[[], R]) -> Callable[[], R]:
+    if _inside(kind):
         try:
             value = fn()
         except BaseException as exc:  # noqa: BLE001 - re-raised by the waiter, as a future would
@@ -94,5 +108,5 @@ def submit(fn: Callable[[], R]) -> Callable[[], R]:
         with faults.injected(injector):
             return fn()
 
-    future = _executor().submit(run)
+    future = _executor(kind).submit(run)
     return future.result

@@ -410,8 +410,8 @@ class Producer:
             # Kafka's AddPartitionsToTxn without the log, at once with the first segment: learn of a fence early,
             # and leave a record (on the store's clock) for the timeout sweep.
             ident, n = self.identity, self._n
-            waits = [parallel.submit(lambda: self.coordinator.check_current(ident)),
-                     parallel.submit(lambda: self.coordinator.open_transaction(ident, n))]
+            waits = [parallel.start(lambda: self.coordinator.check_current(ident)),
+                     parallel.start(lambda: self.coordinator.open_transaction(ident, n))]
             ref = stage()
             try:
                 for wait in waits:

@@ -85,10 +85,12 @@ SUBMIT_BUDGET_S = 120.0
 MIN_LOG_GRACE_MS = 60_000
 #: A first attempt right after reading the log (opening it, say) does not read it again.
 JUST_READ_S = 0.2
+#: A process this many entries behind jumps to the newest checkpoint instead of reading them all.
+JUMP_ENTRIES = 64
 #: A process that read the log this recently refreshes by asking for the next entry by name.
 RECENT_S = 30.0
 #: How often a request waiting as an intent looks at the log.
-POLL_S = 0.025
+POLL_S = 0.02
 #: A waiting request tries to append itself only after the log stood still for this many looks (longer than one
 #: round of the writer serving the queue: list, read intents, write).
 IDLE_POLLS = 4
@@ -135,15 +137,18 @@ class TransactionLog:
         group_commit: bool = True,
         log_grace_ms: int = DEFAULT_LOG_GRACE_MS,
         partition_checkpoint_interval: int = 32,
+        background_checkpoints: bool = True,
     ) -> None:
         self.store = store
+        #: checkpoints are derived data: written in the background so a writer serving others never waits on one
+        self.background_checkpoints = background_checkpoints
         self.checkpoint_interval = checkpoint_interval
         self.partition_checkpoint_interval = partition_checkpoint_interval
         #: opens a partition's index (the coordinator sets it to its cached one)
         self.open_partition: Callable[[str, int], PartitionLog] | None = None
         self.group_commit = group_commit
         self.log_grace_ms = log_grace_ms
-        self.jump = max(2 * checkpoint_interval, 4)
+        self.jump = max(2 * checkpoint_interval, JUMP_ENTRIES)
         self._lock = threading.RLock()
         self._state = CoordinatorState()
         self._opened = False
@@ -155,6 +160,10 @@ class TransactionLog:
         self._since_pointer = 0
         self._refreshed = -1e9
         self._loaded_at = -1e9
+        #: entries whose partition records this process wrote (the checkpoint writer need not check them)
+        self._written: set[int] = set()
+        self._checkpointing = threading.Lock()
+        self._pending_checkpoint: Callable[[], None] | None = None
         self._jumped_at = -1
         self._probed = False
 
@@ -360,18 +369,32 @@ class TransactionLog:
     def _outcome(self, req: Request, *, since: int | None = None) -> Outcome | None:
         """What became of ``req``: the deciding item if this process read it, else what the state says. A
         producer request of an epoch that is no longer current, and not decided before the fence, is answered
-        ``fenced``; if it waited as an intent and this process jumped over entries since ``since`` (so it may have
-        missed its decision), the answer is ``unknown`` instead of a guess."""
+        ``fenced``. If it waited as an intent from entry ``since`` on and this process jumped over entries since
+        (so it may have missed its decision), those entries are read to find out."""
         seen = self._decisions.get(req.id)
         if seen is not None:
             return outcome_of_item(*seen)
         gone = fenced(req, self.state)
         if gone is not None:
             if since is not None and self._jumped_at > since:
-                return Outcome("unknown", reason=f"request {req.id} may have been decided in entries this process "
-                                                 "did not read before its producer was fenced")
+                found = self._find_decision(req.id, since, self._jumped_at)
+                if found is not None:
+                    return outcome_of_item(*found)
             return gone
         return outcome(req, self.state)
+
+    def _find_decision(self, request_id: str, after: int, upto: int) -> tuple[Item, int] | None:
+        """Read entries ``(after, upto]`` (retained: younger than the truncation grace period) looking for the item
+        that decided ``request_id``."""
+        for first in range(after + 1, upto + 1, JUMP_ENTRIES):
+            seqs = range(first, min(upto, first + JUMP_ENTRIES - 1) + 1)
+            for entry in parallel.pmap(self._get_entry, seqs):
+                if entry is None:
+                    continue
+                for item in entry.items:
+                    if item.request == request_id:
+                        return item, entry.seq
+        return None
 
     def submit(self, req: Request) -> Outcome:
         """Get ``req`` decided.
@@ -421,7 +444,7 @@ class TransactionLog:
                 raise
             if result is not None:
                 if wrote_intent:
-                    self._delete_quietly([intent_path(req.id)])
+                    parallel.background(functools.partial(self._delete_quietly, [intent_path(req.id)]))
                 if won is not None:
                     self._after_win(*won)
                     if intentable and (won[1] or wrote_intent):
@@ -445,8 +468,16 @@ class TransactionLog:
                     raise CommitStateUnknownError(msg + "; its intent may still be decided")
                 raise ConcurrentCommitError(msg + "; the store is too contended")
             if wrote_intent and attempt == 1:
-                idle = IDLE_POLLS  # just queued after a lost race: one more try at once (jittered), with the queue
-                time.sleep(random.uniform(0, 0.8) * POLL_S)
+                # Just queued after a lost race: one more try soon (jittered), unless the log moves again
+                # meanwhile (then a writer is making progress and will serve the queue).
+                with self._lock:
+                    self._catch_up()  # the entry that won the race
+                lost_at = self.state.seq
+                time.sleep(random.uniform(0, 2.5) * POLL_S)
+                with self._lock:
+                    self._catch_up()
+                idle = IDLE_POLLS if self.state.seq == lost_at else 0
+                last_seq = self.state.seq
             elif wrote_intent:
                 idle = idle + 1 if self.state.seq == last_seq else 0
                 last_seq = self.state.seq
@@ -477,7 +508,7 @@ class TransactionLog:
             ``req`` was already decided; ``(None, None)`` when another writer took the entry or others wait.
         """
         with self._lock:
-            listing = parallel.submit(lambda: self.store.list(TXN_INTENTS)) if intentable else None
+            listing = parallel.start(lambda: self.store.list(TXN_INTENTS)) if intentable else None
             try:
                 if not self._opened:
                     self._open()
@@ -534,9 +565,9 @@ class TransactionLog:
                 if won is None:
                     return  # another writer leads now
                 entry, decided = won
-                pending.append(parallel.submit(functools.partial(write_records, self.store, entry)))
+                pending.append(parallel.background(functools.partial(self._write_records, entry)))
                 if decided:
-                    self._delete_quietly([intent_path(r) for r in decided])
+                    parallel.background(functools.partial(self._delete_quietly, [intent_path(r) for r in decided]))
                 if self._checkpoint_due(entry.seq):
                     self._join(pending)
                     self._checkpoint_quietly(entry.seq)
@@ -554,10 +585,30 @@ class TransactionLog:
         return bool(self.checkpoint_interval) and seq % self.checkpoint_interval == self.checkpoint_interval - 1
 
     def _checkpoint_quietly(self, seq: int) -> None:
-        try:
-            self.write_checkpoint()
-        except (StoreError, CorruptLogError, OSError) as exc:
-            log.warning("checkpoint after entry %d: %s (readers read more entries)", seq, exc)
+        """Write a checkpoint, in the background when ``background_checkpoints`` (one at a time: a writer busy with
+        one skips the next; the one after covers both)."""
+        if not self._checkpointing.acquire(blocking=False):
+            return
+
+        def run() -> None:
+            try:
+                self.write_checkpoint()
+            except (StoreError, CorruptLogError, OSError) as exc:
+                log.warning("checkpoint after entry %d: %s (readers read more entries)", seq, exc)
+            finally:
+                self._checkpointing.release()
+
+        if self.background_checkpoints:
+            self._pending_checkpoint = parallel.background(run)
+        else:
+            run()
+
+    def flush(self) -> None:
+        """Wait for the checkpoint being written in the background, if any (derived work; for tests and tools that
+        count requests or exit right after a commit)."""
+        wait = self._pending_checkpoint
+        if wait is not None:
+            wait()
 
     def _append(self, reqs: list[Request]) -> tuple[LogEntry, list[str]] | None:
         """Create the next entry deciding ``reqs`` (caller holds the lock, state current). None if another writer
@@ -631,13 +682,18 @@ class TransactionLog:
     def _after_win(self, entry: LogEntry, decided: list[str]) -> None:
         """Derived work after creating ``entry``; never fails the commit (everything here is derived data)."""
         try:
-            write_records(self.store, entry)
+            self._write_records(entry)
             if decided:
-                self._delete_quietly([intent_path(r) for r in decided])
+                parallel.background(functools.partial(self._delete_quietly, [intent_path(r) for r in decided]))
         except (StoreError, CorruptLogError, OSError) as exc:
             log.warning("after committing entry %d: %s (derived data only; readers compute it)", entry.seq, exc)
         if self._checkpoint_due(entry.seq):
             self._checkpoint_quietly(entry.seq)
+
+    def _write_records(self, entry: LogEntry) -> None:
+        write_records(self.store, entry)
+        with self._lock:
+            self._written.add(entry.seq)
 
     def _delete_quietly(self, paths: list[str]) -> None:
         def rm(path: str) -> None:
@@ -668,7 +724,9 @@ class TransactionLog:
         if st.seq <= known:
             return
         entries = parallel.pmap(self.entry, range(known + 1, st.seq + 1))
-        ensure_records(self.store, entries)
+        with self._lock:
+            unsure = [e for e in entries if e.seq not in self._written]  # records this process wrote are there
+        ensure_records(self.store, unsure)
         self._partition_checkpoints(entries)
         faults.point("txnlog.checkpoint.before")
         data = encode_json({"v": FORMAT_VERSION, **st.to_json(), "verified": verified_writes()})
@@ -680,6 +738,7 @@ class TransactionLog:
         with self._lock:
             self.checkpoint_seq = max(self.checkpoint_seq, st.seq)
             self._record_seq = {k: s for k, s in self._record_seq.items() if s > st.seq}
+            self._written = {q for q in self._written if q > st.seq}
         span = self.checkpoint_interval * TRUNCATE_EVERY
         if self.checkpoint_interval and (st.seq + 1) % span == 0:
             self.truncate()

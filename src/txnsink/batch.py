@@ -106,8 +106,9 @@ class TxnBatchWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Decide the transaction as aborted through the log, then delete the staged files the messages name. If
-        the commit had won (its reply was lost), nothing is deleted; if the outcome cannot be learned, the files
-        are kept for GC."""
+        the commit had won (its reply was lost), nothing is deleted; if the outcome cannot be learned (including a
+        fence by a newer epoch, which may have come after a commit whose reply was lost), the files are kept for
+        GC, which removes them once the log shows the transaction was never committed."""
         _msgs, segs = gather(messages)
         try:
             coord = self._coordinator()
@@ -115,7 +116,13 @@ class TxnBatchWriter(DataSourceArrowWriter):
         except AlreadyCommittedError:
             return
         except (ProducerFencedError, InvalidTxnStateError):
-            pass  # can never commit: a newer epoch, or decided as aborted already
+            # A newer epoch (a newer writer, or expiry) can never commit this transaction, but it may have
+            # committed before the fence (a commit whose reply was lost): delete only what the log says is aborted.
+            try:
+                if coord.txn_status(self.txn) != "aborted":
+                    return
+            except TxnLogError:
+                return
         except TxnLogError:
             return  # outcome unknown: keep the files (GC removes them once the transaction is decided)
         coord.close_transaction(self.txn)
