@@ -38,7 +38,7 @@ from coordinator import (
 from coordinator.faults import InjectedCrash
 from core_helpers import LostReplyStore
 from history.checker import FAILED, OK, RULES, UNKNOWN, History, MiscOp, ReadOp, TxnOp, check
-from history.run import Summary, main, run
+from history.run import FAULT_KINDS, Summary, main, run
 from history.workload import params_for, run_history
 from s3_lake import S3Lake
 
@@ -53,7 +53,9 @@ def _assert_clean(summary: Summary) -> None:
 
 @pytest.mark.parametrize("chunk", range(4))
 def test_memory_histories_have_no_anomalies(chunk: int) -> None:
-    _assert_clean(run(10_000 + chunk * 30, 30, "memory"))
+    summary = run(10_000 + chunk * 30, 30, "memory")
+    _assert_clean(summary)
+    assert all(summary.by_kind[k] for k in FAULT_KINDS), summary.line()  # every kind of fault took part
 
 
 def test_local_disk_histories_have_no_anomalies(tmp_path: Path) -> None:
@@ -102,7 +104,15 @@ def test_command_line_prints_one_summary_line(capsys: pytest.CaptureFixture[str]
     code = main(["--seed", "7", "--histories", "3", "--steps", "8"])
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("histories=3 operations=") and " faults=" in out[0] and "anomalies=" in out[0]
+    assert "faults_by_kind=" + ",".join(f"{k}:" for k in FAULT_KINDS[:1]) in out[0]
     assert code == (1 if len(out) > 1 else 0)
+
+
+def test_command_line_exposes_a_known_defect_and_finds_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """The avoidance of a known defect is what keeps the default run clean: exposed, the histories find it."""
+    code = main(["--seed", "54", "--histories", "1", "--expose", "flush-retry"])
+    out = capsys.readouterr().out.splitlines()
+    assert code == 1 and any("lost-write" in line for line in out[1:]), out
 
 
 # -- the checker can fail -------------------------------------------------------------------------------------

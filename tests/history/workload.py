@@ -307,6 +307,14 @@ class Worker:
                     self.maintenance(race_at=name)
             finally:
                 self._racing.on = False
+        elif self.spec.race_rate and self.plan.draw("zombie-race", name) < self.spec.race_rate / 2 and \
+                (any(z.tid in self.procs for z in self.zombies) or any(q.zombies for q in self.queries)):
+            self._racing.on = True  # a zombie's late commit lands right here, inside another operation
+            try:
+                with faults.injected(None):
+                    self.zombie()
+            finally:
+                self._racing.on = False
 
     @contextmanager
     def no_faults(self) -> Iterator[None]:
@@ -506,12 +514,14 @@ class Worker:
         """A superseded producer keeps going (it retries its open commit, or starts a new transaction), or a
         streaming query's dead driver commits its attempt late."""
         stream = [q for q in self.queries if q.zombies]
-        if stream and (not self.zombies or self.rng.random() < 0.5):
+        # A producer is a zombie only once its successor has initialised (fenced it): not while that is under way.
+        fenced = [i for i, z in enumerate(self.zombies) if z.tid in self.procs]
+        if stream and (not fenced or self.rng.random() < 0.5):
             self._stream_zombie(self.rng.choice(stream))
             return
-        if not self.zombies:
+        if not fenced:
             return
-        z = self.zombies.pop(self.rng.randrange(len(self.zombies)))
+        z = self.zombies.pop(self.rng.choice(fenced))
         self.plan.hit("zombie")
         with self.no_faults():
             if z.open_op is not None and z.open_op.commit_start is not None:
@@ -986,10 +996,17 @@ class Worker:
                 except InjectedCrash:
                     pass
             return False
-        op.outcome, op.end = OK, now()
-        q.pending = None
-        q.next_batch += 1
+        self._batch_done(q, op)
         return True
+
+    @staticmethod
+    def _batch_done(q: Query, op: TxnOp) -> None:
+        """``op`` committed (by this attempt, or by a dead driver's late commit that landed during it)."""
+        if op.outcome != OK:
+            op.outcome, op.end = OK, now()
+        if q.pending is op:
+            q.pending = None
+            q.next_batch = op.txn_no + 1
 
     def _stream_zombie(self, q: Query) -> None:
         """A dead driver of ``q`` commits its attempt late: a no-op if the batch was committed since, else it
@@ -1006,10 +1023,8 @@ class Worker:
                 op.detail += f" {_attempt_of(msgs)}"
         op.end = now()
         if op.error is None and q.pending is not None and batch == q.next_batch:
-            q.pending.outcome, q.pending.end = OK, op.end
             q.pending.followups.append("a dead driver's late commit -> ok")
-            q.pending = None
-            q.next_batch += 1
+            self._batch_done(q, q.pending)
 
     def finish_queries(self) -> None:
         """Spark restarts each query at the end: the pending batch is replayed until it commits, then the last
