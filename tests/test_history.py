@@ -885,8 +885,10 @@ def test_a_batch_sink_abort_never_deletes_a_job_another_writer_committed(monkeyp
     commit's. The next writer decides both in name order: the commit (which removes the job's ephemeral producer),
     then the abort, rejected as "fenced" because that producer is gone. The sink's ``abort`` reads
     ``ProducerFencedError`` as "can never commit" and deletes the staged files, which the commit publishes: the
-    partition is unreadable (``segment ... named by a commit marker is missing``). Found by the histories
-    (``--seed 155``, 2 workers)."""
+    partition is unreadable (``segment ... named by a commit marker is missing``). The same happens with a
+    ``transactionalId`` when expiry or a newer writer with that id fences the producer after the commit was
+    decided. Found by the histories (``--seed 155``, two workers; with a ``transactionalId`` and expiry, the long
+    run's ``--seed 100126``, three workers)."""
     from txnsink import make_writer
     from txnsink.staging import TaskIds, stage_batches
 
