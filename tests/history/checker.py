@@ -2,9 +2,16 @@
 
 A history is what a workload observed: every transaction attempt with the values it sent and its outcome
 (``ok``: acknowledged; ``failed``: definitely did not happen; ``unknown``: may or may not have happened), every
-read with the records it returned, and a final fault-free snapshot with the final consumer-group offsets. Every
-value is unique and names its producer, transaction and index (``tid/gen/txn/idx``; consume-transform-produce
-outputs append ``|<input value>``).
+read with the records it returned, every maintenance pass and injected damage, and a final fault-free snapshot
+with the final consumer-group offsets and the store's integrity report. Every value is unique and names its
+producer, transaction and index (``tid/gen/txn/idx``; consume-transform-produce outputs append ``|<input value>``);
+the attempts of one Spark micro-batch (or of one idempotent batch job) write the same values, as a replayed batch
+does, and are one transaction of the history.
+
+What maintenance legitimately does is accounted for with evidence, never assumed: records below a view's log start
+(retention) are excused only when their offset is known (from a read or the commit's reply) to be below it;
+compaction keeps offsets, so the offset rules apply across it unchanged; a reader's error is expected only when an
+injected fault or a recorded maintenance pass explains it (see :func:`explained`).
 
 :func:`check` returns every anomaly found; each rule is a small function so tests can show it fires on a
 hand-made bad history.
@@ -12,14 +19,21 @@ hand-made bad history.
 
 from __future__ import annotations
 
-from collections import defaultdict
+import re
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 OK, FAILED, UNKNOWN = "ok", "failed", "unknown"
-#: Errors a faulty run is expected to raise; anything else is reported as an anomaly.
+#: Errors a faulty run is expected to raise whatever their message; others need an explanation (:func:`explained`).
 EXPECTED_ERRORS = frozenset({"InjectedCrash", "CommitStateUnknownError", "ProducerFencedError",
                              "InvalidProducerEpochError"})
+#: What every injected store error says (``history.stores.INJECTED``).
+INJECTED = "injected fault"
+#: What a reader says when truncation deleted what it was reading (only a reader slower than the grace period).
+TRUNCATION_SIGNS = ("is missing", "vanished", "were deleted under this reader", "has a gap")
+#: Clock slack (ns) when comparing an operation's duration with a grace period judged on the store's clock.
+SLACK_NS = 5_000_000
 
 FENCED_ERRORS = frozenset({"ProducerFencedError", "InvalidProducerEpochError"})
 
@@ -31,8 +45,11 @@ Record = tuple[str, int, "int | None", str]  # topic, partition, offset (None: u
 class TxnOp:
     """One transaction attempt. ``writes`` maps (topic, partition) to the values sent there, in send order.
 
-    ``commit_start`` is when ``commit_transaction`` was invoked (None: never). ``zombie`` marks an attempt by a
-    producer whose epoch had already been superseded; ``retry_of`` names the transaction a zombie retried."""
+    ``commit_start`` is when ``commit_transaction`` (or a sink's ``commit``) was first invoked (None: never).
+    ``zombie`` marks an attempt by a producer whose epoch had already been superseded; ``retry_of`` names the
+    transaction a zombie retried. ``kind`` is ``producer``, ``ctp``, ``batch-job`` or ``stream-batch``;
+    ``followups`` what the caller's error path did and got (``commit again: ok``, ``abort: AlreadyCommittedError:
+    ...``); ``assigned`` the offsets the commit's reply gave, per partition (first, end)."""
 
     id: str
     tid: str
@@ -47,6 +64,9 @@ class TxnOp:
     commit_start: int | None = None
     zombie: bool = False
     retry_of: str | None = None
+    kind: str = "producer"
+    followups: list[str] = field(default_factory=list)
+    assigned: dict[TP, tuple[int, int]] = field(default_factory=dict)
 
     def values(self) -> list[str]:
         return [v for vs in self.writes.values() for v in vs]
@@ -58,7 +78,10 @@ class ReadOp:
     a snapshot read, a re-read of an earlier snapshot (``reread_of``) or the final read.
 
     ``complete`` means the read covers every committed record of its topics up to its cut (snapshot reads, and
-    unlimited read_committed polls of a session that started at offset 0, cumulatively)."""
+    unlimited read_committed polls of a session, cumulatively, from the session's start positions). ``floors`` are
+    the log start offsets of a snapshot-type read's cut (retention moves them). ``part_errors`` are partitions the
+    final read could not read, with the error (a damaged partition). ``read_only`` readers run with write access
+    refused; ``write_attempts`` are the writes they tried anyway."""
 
     id: str
     kind: str
@@ -73,11 +96,21 @@ class ReadOp:
     reread_of: str | None = None
     outcome: str = OK
     error: str | None = None
+    floors: dict[TP, int] = field(default_factory=dict)
+    part_errors: dict[TP, str] = field(default_factory=dict)
+    read_only: bool = False
+    write_attempts: list[str] = field(default_factory=list)
 
 
 @dataclass
 class MiscOp:
-    """Any other operation (a sweep with a skewed clock, a process start): kept for counts and errors."""
+    """Any other operation: a process start, a sweep, a maintenance pass, an injected damage.
+
+    Maintenance passes record what they did that readers may notice: ``retired_deleted`` (segment files retired by
+    compaction or retention that GC deleted, with ``grace_ms``), ``reaped`` (application attempts GC made
+    uncommittable), ``moved`` (partitions whose log start retention moved), ``truncation`` (log entries or partition
+    records deleted, with ``grace_ms``). ``damaged`` are files an injected damage overwrote; ``race`` marks a pass
+    run at a protocol point inside another operation."""
 
     id: str
     kind: str
@@ -86,6 +119,13 @@ class MiscOp:
     outcome: str = OK
     error: str | None = None
     detail: str = ""
+    grace_ms: int | None = None
+    retired_deleted: list[str] = field(default_factory=list)
+    reaped: list[str] = field(default_factory=list)
+    moved: list[TP] = field(default_factory=list)
+    truncation: bool = False
+    damaged: list[str] = field(default_factory=list)
+    race: bool = False
 
 
 Op = TxnOp | ReadOp | MiscOp
@@ -98,17 +138,30 @@ class History:
     seed: int
     params: str
     ops: list[Op] = field(default_factory=list)
-    faults: int = 0
+    #: injected faults by kind (crash, error, lost-reply, maintenance-race, expiry, corrupt-file, zombie,
+    #: skewed-clock)
+    faults: Counter[str] = field(default_factory=Counter)
     final: ReadOp | None = None
     final_groups: dict[str, dict[str, dict[int, int]]] = field(default_factory=dict)
     #: (group, input topic, output topic) of the consume-transform-produce pipeline, if it ran.
     ctp: tuple[str, str, str] | None = None
+    #: what ``inspect.verify`` reported on the final store (after the operator's ``repair_records``): path, message
+    verify: list[tuple[str, str]] = field(default_factory=list)
 
     def txns(self) -> list[TxnOp]:
         return [o for o in self.ops if isinstance(o, TxnOp)]
 
     def reads(self) -> list[ReadOp]:
         return [o for o in self.ops if isinstance(o, ReadOp)] + ([self.final] if self.final else [])
+
+    def misc(self) -> list[MiscOp]:
+        return [o for o in self.ops if isinstance(o, MiscOp)]
+
+    def damaged(self) -> set[str]:
+        return {p for o in self.misc() for p in o.damaged}
+
+    def damaged_partitions(self) -> set[TP]:
+        return {_partition_of(p) for p in self.damaged()}
 
 
 @dataclass(frozen=True)
@@ -119,6 +172,12 @@ class Anomaly:
 
 
 # -- helpers --------------------------------------------------------------------------------------------------
+
+
+def _partition_of(path: str) -> TP:
+    """(topic, partition) of a file below ``topics/<topic>/<partition>/``."""
+    parts = path.split("/")
+    return parts[1], int(parts[2])
 
 
 def _value_index(h: History) -> dict[str, TxnOp]:
@@ -133,27 +192,118 @@ def _committed(records: Iterable[Record]) -> list[tuple[str, int, int, str]]:
     return [(t, p, o, v) for t, p, o, v in records if o is not None]
 
 
-def views(h: History) -> list[tuple[ReadOp, list[tuple[str, int, int, str]]]]:
-    """Complete views: each complete snapshot-type read, and the cumulative records of each consumer session after
-    each of its complete polls."""
-    out: list[tuple[ReadOp, list[tuple[str, int, int, str]]]] = []
-    acc: dict[str, list[tuple[str, int, int, str]]] = defaultdict(list)
+def _where(h: History) -> dict[str, TP]:
+    return {v: tp for op in h.txns() for tp, vs in op.writes.items() for v in vs}
+
+
+def known_offsets(h: History) -> dict[str, int]:
+    """The offset of every value that some read returned or some commit's reply assigned."""
+    out: dict[str, int] = {}
+    for op in h.txns():
+        for tp, (first, end) in op.assigned.items():
+            vals = op.writes.get(tp, [])
+            if len(vals) == end - first:
+                out.update({v: first + i for i, v in enumerate(vals)})
     for r in h.reads():
+        out.update({v: o for _t, _p, o, v in _committed(r.records)})
+    return out
+
+
+@dataclass
+class View:
+    """What a complete read saw: its records, the log start of each partition at its cut (``floors``) and the
+    partitions it could not read (``unread``)."""
+
+    read: ReadOp
+    records: list[tuple[str, int, int, str]]
+    floors: dict[TP, int]
+    unread: set[TP]
+
+    def covers(self, tp: TP) -> bool:
+        return tp[0] in self.read.topics and tp not in self.unread
+
+
+def views(h: History) -> list[View]:
+    """Complete views: each complete snapshot-type read, and the cumulative records of each consumer session after
+    each of its complete polls (from the session's start positions)."""
+    out: list[View] = []
+    acc: dict[str, list[tuple[str, int, int, str]]] = defaultdict(list)
+    floors: dict[str, dict[TP, int]] = {}
+    for r in h.reads():
+        if r.session is not None:
+            floors.setdefault(r.session, dict(r.start_positions))
         if r.outcome != OK:
             continue
         if r.session is None:
             if r.complete:
-                out.append((r, _committed(r.records)))
+                out.append(View(r, _committed(r.records), r.floors, set(r.part_errors)))
             continue
         acc[r.session].extend(_committed(r.records))
         if r.complete:
-            out.append((r, list(acc[r.session])))
+            out.append(View(r, list(acc[r.session]), floors[r.session], set()))
     return out
+
+
+def _retained(known: dict[str, int], floors: dict[TP, int], tp: TP, v: str) -> bool:
+    """Whether ``v`` (in ``tp``) may be missing from a view because retention moved the log start past it: its
+    known offset is below the view's start, or (no read saw it, no reply gave its offset) the start moved at all."""
+    floor = floors.get(tp, 0)
+    if floor <= 0:
+        return False
+    o = known.get(v)
+    return o is None or o < floor
 
 
 def _key(v: str) -> tuple[str, int, int, int]:
     tid, gen, txn, idx = v.split("|", 1)[0].split("/")
     return tid, int(gen), int(txn), int(idx)
+
+
+def _overlaps(a: ReadOp | TxnOp | MiscOp, b: ReadOp | TxnOp | MiscOp) -> bool:
+    return a.start <= b.end and b.start <= a.end
+
+
+def explained(h: History, op: TxnOp | ReadOp | MiscOp, error: str, context: str = "") -> bool:
+    """Whether an injected fault or a recorded maintenance pass explains ``error`` raised by ``op`` (``context``:
+    what the caller was doing, e.g. which attempt it committed):
+
+    * an injected crash, an unknown commit outcome, a fenced producer (sweeps and zombies fence);
+    * a ``StoreError`` saying it was injected;
+    * a ``CorruptLogError`` naming a file the history damaged; or naming a retired segment GC deleted, raised by
+      a reader that ran longer than that GC's grace period; or (log or partition records missing) raised by a
+      reader that overlapped a truncation and ran longer than its grace period;
+    * an ``OffsetOutOfRangeError`` naming a partition whose log start retention moved;
+    * an ``InvalidTxnStateError`` refusing a stream attempt that GC reaped;
+    * an ``AlreadyCommittedError`` answering the abort of a transaction that turned out committed.
+    """
+    cls, _, msg = error.partition(": ")
+    if cls in EXPECTED_ERRORS:
+        return True
+    misc = h.misc()
+    if cls == "StoreError":
+        return INJECTED in msg
+    if cls == "CorruptLogError":
+        if any(p in msg for p in h.damaged()):
+            return True
+        took = op.end - op.start
+        for m in misc:
+            if m.grace_ms is None or took + SLACK_NS <= m.grace_ms * 1_000_000 or not _overlaps(m, op):
+                continue
+            if any(p in msg for p in m.retired_deleted):
+                return True
+            if m.truncation and any(sign in msg for sign in TRUNCATION_SIGNS):
+                return True
+        return False
+    if cls == "OffsetOutOfRangeError":
+        return any(re.search(rf"\b{re.escape(t)}/{p}\b", msg) for m in misc for t, p in m.moved)
+    if cls == "InvalidTxnStateError" and "reaped" in msg:
+        # GC reaped the attempt (named in the error or in the caller's label): its report says so, or the pass
+        # failed before it could report
+        return any(txn in context or txn.rsplit(".", 1)[-1] in msg for m in misc for txn in m.reaped) or \
+            any(m.error and m.detail.startswith(("gc", "maintain")) and m.start < op.end for m in misc)
+    if cls == "AlreadyCommittedError":
+        return isinstance(op, TxnOp) and op.outcome == OK
+    return False
 
 
 # -- rules ----------------------------------------------------------------------------------------------------
@@ -175,7 +325,8 @@ def duplicates(h: History) -> list[str]:
 
 
 def offset_conflicts(h: History) -> list[str]:
-    """Two reads disagree on the value at one (topic, partition, offset)."""
+    """Two reads disagree on the value at one (topic, partition, offset): offsets are never reused or rewritten,
+    compaction included."""
     at: dict[tuple[str, int, int], set[str]] = defaultdict(set)
     for r in h.reads():
         for t, p, o, v in _committed(r.records):
@@ -212,51 +363,62 @@ def undecided_reads(h: History) -> list[str]:
 
 def lost_writes(h: History) -> list[str]:
     """An acknowledged transaction missing from the final read or from any complete view begun after its ack; a
-    transaction (any outcome) once visible but missing from the final read."""
+    transaction (any outcome) once visible but missing from the final read. Values below a view's log start are
+    not lost when retention moved it past them (see :func:`_retained`); partitions a view could not read (a
+    damaged partition) are not judged."""
     out = []
-    final = {v for _t, _p, _o, v in _committed(h.final.records)} if h.final else set()
+    where = _where(h)
+    known = known_offsets(h)
     ever_visible: set[str] = set()
     for r in h.reads():
         ever_visible.update(v for _t, _p, _o, v in _committed(r.records))
-    topics_of = {t for t, _p, _o, _v in (h.final.records if h.final else [])} | set(h.final.topics if h.final else ())
-    for op in h.txns():
-        vals = [v for (t, _p), vs in op.writes.items() for v in vs if t in topics_of]
-        if not vals:
-            continue
-        if op.outcome == OK:
-            missing = [v for v in vals if v not in final]
-            if missing:
-                out.append(f"acknowledged transaction {op.id} lost {len(missing)} values, e.g. {missing[0]}")
-        elif any(v in ever_visible for v in vals) and any(v not in final for v in vals):
-            out.append(f"transaction {op.id} ({op.outcome}) was visible, then missing from the final read")
-    for r, recs in views(h):
-        present = {v for _t, _p, _o, v in recs}
+    final = next((w for w in views(h) if w.read is h.final), None)
+    if final is not None:
+        present = {v for _t, _p, _o, v in final.records}
         for op in h.txns():
-            if op.outcome != OK or op.end >= r.start:
+            missing = [v for v in op.values() if final.covers(where[v]) and v not in present
+                       and not _retained(known, final.floors, where[v], v)]
+            if not missing:
                 continue
-            missing = [v for (t, _p), vs in op.writes.items() for v in vs if t in r.topics and v not in present]
+            if op.outcome == OK:
+                out.append(f"acknowledged transaction {op.id} lost {len(missing)} values, e.g. {missing[0]}")
+            elif any(v in ever_visible for v in op.values()):
+                out.append(f"transaction {op.id} ({op.outcome}) was visible, then missing from the final read")
+    for w in views(h):
+        if w.read is h.final:
+            continue
+        present = {v for _t, _p, _o, v in w.records}
+        for op in h.txns():
+            if op.outcome != OK or op.end >= w.read.start:
+                continue
+            missing = [v for v in op.values() if w.covers(where[v]) and v not in present
+                       and not _retained(known, w.floors, where[v], v)]
             if missing:
-                out.append(f"read {r.id} began after transaction {op.id} was acknowledged but misses {missing[0]}")
+                out.append(f"read {w.read.id} began after transaction {op.id} was acknowledged but misses "
+                           f"{missing[0]}")
     return out
 
 
 def gaps(h: History) -> list[str]:
-    """Offsets of a partition in a complete view are not exactly start..end-1; a consumer session skips or
-    repeats an offset."""
+    """Offsets of a partition in a complete view are not exactly start..end-1 (start: the view's log start); a
+    consumer session skips or repeats an offset."""
     out = []
-    for r, recs in views(h):
+    for w in views(h):
         by: dict[TP, list[int]] = defaultdict(list)
-        for t, p, o, _v in recs:
+        for t, p, o, _v in w.records:
             by[(t, p)].append(o)
-        for (t, p), offs in by.items():
+        for tp, offs in by.items():
             s = sorted(offs)
-            if s != list(range(len(s))):
-                out.append(f"read {r.id}: offsets of {t}/{p} are not dense: {s[:12]}")
+            first = w.floors.get(tp, 0)
+            if s != list(range(first, first + len(s))):
+                out.append(f"read {w.read.id}: offsets of {tp[0]}/{tp[1]} are not dense from {first}: {s[:12]}")
     nxt: dict[str, dict[TP, int]] = {}
     for r in h.reads():
-        if r.session is None or r.outcome != OK:
+        if r.session is None:
             continue
         pos = nxt.setdefault(r.session, dict(r.start_positions))
+        if r.outcome != OK:
+            continue
         for t, p, o, v in _committed(r.records):
             want = pos.get((t, p), 0)
             if o != want:
@@ -268,31 +430,34 @@ def gaps(h: History) -> list[str]:
 def order(h: History) -> list[str]:
     """One transactional id's values in a partition do not appear in send order (generation, txn, index)."""
     out = []
-    for r, recs in views(h):
+    for w in views(h):
         by: dict[tuple[str, int, str], list[tuple[int, tuple[int, int, int], str]]] = defaultdict(list)
-        for t, p, o, v in recs:
+        for t, p, o, v in w.records:
             tid, gen, txn, i = _key(v)
             by[(t, p, tid)].append((o, (gen, txn, i), v))
         for (t, p, tid), items in by.items():
             items.sort()
             for a, b in zip(items, items[1:], strict=False):
                 if b[1] < a[1]:
-                    out.append(f"read {r.id}: {t}/{p} has {a[2]}@{a[0]} before {b[2]}@{b[0]} of producer {tid}")
+                    out.append(f"read {w.read.id}: {t}/{p} has {a[2]}@{a[0]} before {b[2]}@{b[0]} of producer {tid}")
                     break
     return out
 
 
 def torn(h: History) -> list[str]:
-    """A complete view holds some but not all of a transaction's values in the topics it covers."""
+    """A complete view holds some but not all of a transaction's values in the partitions it covers (values below
+    the view's log start excused as in :func:`lost_writes`)."""
     idx = _value_index(h)
+    where = _where(h)
+    known = known_offsets(h)
     out = []
-    for r, recs in views(h):
-        present = {v for _t, _p, _o, v in recs}
+    for w in views(h):
+        present = {v for _t, _p, _o, v in w.records}
         for op in {idx[v].id: idx[v] for v in present if v in idx}.values():
-            want = [v for (t, _p), vs in op.writes.items() for v in vs if t in r.topics]
-            missing = [v for v in want if v not in present]
+            want = [v for v in op.values() if w.covers(where[v])]
+            missing = [v for v in want if v not in present and not _retained(known, w.floors, where[v], v)]
             if missing:
-                out.append(f"read {r.id} holds {len(want) - len(missing)} of {len(want)} values of {op.id} "
+                out.append(f"read {w.read.id} holds {len(want) - len(missing)} of {len(want)} values of {op.id} "
                            f"({op.outcome}), missing {missing[0]}")
     return out
 
@@ -330,14 +495,18 @@ def fencing(h: History) -> list[str]:
     out = []
     by_id = {op.id: op for op in h.txns()}
     final = {rec[3] for rec in h.final.records} if h.final is not None else set()
+    floors = h.final.floors if h.final is not None else {}
+    unread = set(h.final.part_errors) if h.final is not None else set()
+    where, known = _where(h), known_offsets(h)
     for op in h.txns():
-        if not op.zombie:
+        if not op.zombie or op.kind != "producer":
             continue
         what = f"zombie transaction {op.id} of {op.tid} gen {op.gen}" + (f" (retry of {op.retry_of})"
                                                                       if op.retry_of else "")
         retried = by_id.get(op.retry_of) if op.retry_of else None
         if op.outcome == OK and retried is not None and retried.values() \
-                and all(v in final for v in retried.values()):
+                and all(v in final or where[v] in unread or _retained(known, floors, where[v], v)
+                        for v in retried.values()):
             continue
         if op.outcome == OK:
             out.append(f"{what} committed")
@@ -360,11 +529,40 @@ def unstable_snapshots(h: History) -> list[str]:
 
 
 def unexpected_errors(h: History) -> list[str]:
-    """An operation raised an error that no injected fault explains."""
+    """An operation raised an error (or its caller's error path got one) that no injected fault or recorded
+    maintenance pass explains (see :func:`explained`)."""
     ops: list[TxnOp | ReadOp | MiscOp] = [*h.ops, *([h.final] if h.final else [])]
-    return [f"{o.id} ({type(o).__name__}): {o.error}" for o in ops
-            if o.error and o.error.split(":", 1)[0] not in EXPECTED_ERRORS
-            and not (isinstance(o, TxnOp) and o.zombie)]
+    out = []
+    for o in ops:
+        if isinstance(o, TxnOp) and o.zombie and o.kind == "producer":
+            continue  # judged by the fencing rule
+        errors = [(o.detail if isinstance(o, MiscOp) else "", o.error)] if o.error else []
+        if isinstance(o, TxnOp):
+            errors += [tuple(f.split(" -> ", 1)) for f in o.followups if " -> " in f]  # type: ignore[misc]
+        if isinstance(o, ReadOp):
+            errors += [("", e) for e in o.part_errors.values()]
+        out += [f"{o.id} ({type(o).__name__}): {e}" for label, e in errors
+                if e != OK and not explained(h, o, e, label)]
+    return out
+
+
+def reader_writes(h: History) -> list[str]:
+    """A reader running with write access refused tried to write (readers need no write permission)."""
+    return [f"read-only reader {r.id} ({r.kind}) tried to write: {w}" for r in h.reads() for w in r.write_attempts]
+
+
+def integrity(h: History) -> list[str]:
+    """``verify`` on the final store (after the operator's repair of derived records) reports a problem outside
+    the partitions the history damaged: one damaged partition must never harm another, and nothing else may be
+    damaged at all."""
+    damaged = h.damaged_partitions()
+    out = []
+    for path, msg in h.verify:
+        parts = path.split("/")
+        inside = len(parts) > 3 and parts[0] == "topics" and parts[2].isdigit() and _partition_of(path) in damaged
+        if not inside:
+            out.append(f"verify: {msg}")
+    return out
 
 
 RULES: dict[str, Callable[[History], list[str]]] = {
@@ -380,6 +578,8 @@ RULES: dict[str, Callable[[History], list[str]]] = {
     "fencing": fencing,
     "unstable-snapshot": unstable_snapshots,
     "unexpected-error": unexpected_errors,
+    "reader-write": reader_writes,
+    "integrity": integrity,
 }
 
 

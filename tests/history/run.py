@@ -1,20 +1,26 @@
 """Run generated histories and check them.
 
     python tests/history/run.py --seed S --histories N [--store memory|local|s3] [--fault-rate R]
-                                [--processes] [--steps K]
+                                [--processes] [--steps K] [--expose DEFECT ...] [--time]
 
-Prints one summary line ``histories=N operations=M faults=F anomalies=A``, then one line per anomaly with the
-seed that reproduces it (history ``i`` uses seed ``S + i``), and exits 1 when there are anomalies.
+Prints one summary line ``histories=N operations=M faults=F anomalies=A faults_by_kind=crash:..,error:..,...``,
+then one line per anomaly with the seed that reproduces it (history ``i`` uses seed ``S + i``), and exits 1 when
+there are anomalies. ``--expose`` stops avoiding the trigger of a known core defect (``workload.KNOWN_DEFECTS``;
+``--expose all`` for every one), to see it found.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import logging
 import os
 import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -24,9 +30,11 @@ if __package__ in (None, ""):
 
 from coordinator.store import MemoryStore  # noqa: E402
 from history.checker import Anomaly, History, check  # noqa: E402
-from history.workload import params_for, run_history  # noqa: E402
+from history.workload import KNOWN_DEFECTS, params_for, run_history  # noqa: E402
 
 StoreFactory = Callable[[int], tuple[str, dict[str, str]]]
+#: The fault kinds the figures report, in order.
+FAULT_KINDS = ("crash", "error", "lost-reply", "maintenance-race", "expiry", "corrupt-file", "zombie", "skewed-clock")
 
 
 @dataclass
@@ -35,24 +43,45 @@ class Summary:
 
     histories: int = 0
     operations: int = 0
-    faults: int = 0
+    by_kind: Counter[str] = field(default_factory=Counter)
     anomalies: list[Anomaly] = field(default_factory=list)
     seconds: float = 0.0
+    #: where to write each history that has anomalies, as JSON (None: nowhere)
+    dump: str | None = None
+
+    @property
+    def faults(self) -> int:
+        return sum(self.by_kind.values())
 
     def add(self, h: History) -> list[Anomaly]:
         found = check(h)
         self.histories += 1
         self.operations += len(h.ops)
-        self.faults += h.faults
+        self.by_kind.update(h.faults)
         self.anomalies += found
+        if found and self.dump:
+            os.makedirs(self.dump, exist_ok=True)
+            with open(os.path.join(self.dump, f"history-{h.seed}.json"), "w", encoding="utf-8") as fh:
+                json.dump(_jsonable({"anomalies": [dataclasses.asdict(a) for a in found],
+                                     "history": dataclasses.asdict(h)}), fh, indent=1)
         return found
 
     def line(self) -> str:
+        kinds = ",".join(f"{k}:{self.by_kind[k]}" for k in FAULT_KINDS)
         return (f"histories={self.histories} operations={self.operations} faults={self.faults} "
-                f"anomalies={len(self.anomalies)}")
+                f"anomalies={len(self.anomalies)} faults_by_kind={kinds}")
 
     def details(self) -> list[str]:
         return [f"  {a.kind} (reproduce with --seed {a.seed} --histories 1): {a.detail}" for a in self.anomalies]
+
+
+def _jsonable(x: object) -> object:
+    """``x`` with tuple keys written as ``topic/partition`` strings and tuples as lists."""
+    if isinstance(x, dict):
+        return {"/".join(map(str, k)) if isinstance(k, tuple) else k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple | set):
+        return [_jsonable(v) for v in x]
+    return x
 
 
 @contextmanager
@@ -118,16 +147,19 @@ def s3_server() -> Iterator[tuple[str, Callable[[], str]]]:
 
 
 def run(seed: int, histories: int, store: str = "memory", fault_rate: float = 0.03, *, processes: bool = False,
-        steps: int | None = None, factory: StoreFactory | None = None) -> Summary:
-    """Run ``histories`` histories with seeds ``seed .. seed + histories - 1`` and check each."""
-    summary = Summary()
+        steps: int | None = None, factory: StoreFactory | None = None, expose: frozenset[str] = frozenset(),
+        dump: str | None = None, **fixed: object) -> Summary:
+    """Run ``histories`` histories with seeds ``seed .. seed + histories - 1`` and check each (``fixed``: history
+    parameters to fix instead of drawing them from the seed)."""
+    summary = Summary(dump=dump)
     t0 = time.monotonic()
+    avoid = frozenset(KNOWN_DEFECTS) - expose
 
     def go(make: StoreFactory) -> None:
         for i in range(histories):
             url, options = make(seed + i)
             summary.add(run_history(params_for(seed + i, url, options, fault_rate=fault_rate, processes=processes,
-                                               steps=steps)))
+                                               steps=steps, avoid=avoid, **fixed)))
 
     if factory is not None:
         go(factory)
@@ -148,11 +180,17 @@ def main(argv: list[str] | None = None) -> int:
                     "(local store only)")
     ap.add_argument("--steps", type=int, default=None, help="steps per worker (default: drawn from the seed)")
     ap.add_argument("--time", action="store_true", help="append the runtime to the summary line")
+    ap.add_argument("--dump", metavar="DIR", help="write every history with anomalies to DIR as JSON")
+    ap.add_argument("--expose", nargs="+", default=[], choices=[*sorted(KNOWN_DEFECTS), "all"], metavar="DEFECT",
+                    help="stop avoiding the trigger of these known core defects: " + ", ".join(sorted(KNOWN_DEFECTS)))
     args = ap.parse_args(argv)
+    for name in ("coordinator", "txnsink"):  # injected faults make the core log warnings by the hundred
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     if args.processes and args.store == "memory":
         ap.error("--processes needs a store shared between processes: --store local or s3")
+    expose = frozenset(KNOWN_DEFECTS) if "all" in args.expose else frozenset(args.expose)
     summary = run(args.seed, args.histories, args.store, args.fault_rate, processes=args.processes,
-                  steps=args.steps)
+                  steps=args.steps, expose=expose, dump=args.dump)
     print(summary.line() + (f" seconds={summary.seconds:.1f}" if args.time else ""))
     for line in summary.details():
         print(line)
