@@ -11,7 +11,9 @@ readers read, and each keeping offsets unchanged.
   :meth:`Store.now`): segments retired by compaction or retention once the record that retired them is older than
   the grace period (which protects readers that planned against an older index); staged files whose transaction
   is decided (aborted, fenced, an app version already committed, a committed transaction's leftover attempt) once
-  older than the grace period; staged files of an undecided app attempt older than the grace period only after
+  older than the grace period; unpublished compaction outputs once no replace can publish them any more
+  (``MAX_PUBLISH_MS`` plus ``CLOCK_SKEW_MS``, whatever the grace period); staged files of an undecided app
+  attempt older than the grace period only after
   the attempt is reaped through the log (so it can never commit). Staged files of an undecided producer
   transaction are never deleted: the timeout sweep decides them first. Files are listed before the log is read, so
   every commit that could name a listed file is in the view GC decides from.
@@ -30,7 +32,7 @@ import pyarrow as pa
 
 from coordinator import parallel
 from coordinator.coordinator import TransactionCoordinator
-from coordinator.decisions import LayoutRequest
+from coordinator.decisions import MAX_PUBLISH_MS, LayoutRequest
 from coordinator.errors import InvalidOptionError, StoreError
 from coordinator.layout import (
     data_dir,
@@ -49,6 +51,8 @@ from coordinator.txnlog import now_ms
 
 DEFAULT_COMPACT_TARGET_BYTES = 64 * 1024 * 1024
 DEFAULT_GC_GRACE_MS = 24 * 3600 * 1000
+#: Allowance for the clocks of the writer that stamps a replace and of the store that stamps its merged file.
+CLOCK_SKEW_MS = 10 * 60 * 1000
 #: File names of compaction outputs start with this (then a random id).
 COMPACTED_PREFIX = "r."
 
@@ -204,7 +208,9 @@ def gc_partition(
         raise InvalidOptionError(f"GC grace period must not be negative, got {grace_ms}")
     infos = coord.store.list_info(data_dir(topic, partition))
     t = coord.store.now() * 1000 if now is None else now
-    st = coord.log.refresh()
+    # A copy: the reaps below refresh the log, and every file must be judged against the state the live set
+    # (read after it) covers.
+    st = coord.log.refresh().copy()
     plog = coord.partition(topic, partition)
     plog.refresh()
     live = {s.path for s in plog.segments}
@@ -229,7 +235,8 @@ def gc_partition(
         if txn is None:
             continue  # not a file txnlog wrote: left alone
         if txn.startswith(COMPACTED_PREFIX):
-            doomed.append(info)  # unpublished merged file: a replace published this late is refused
+            if age > MAX_PUBLISH_MS + CLOCK_SKEW_MS:
+                doomed.append(info)  # unpublished merged file: a replace published this late is refused
             continue
         ref = parse_txn_id(txn)
         if ref is None:

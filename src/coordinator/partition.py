@@ -111,7 +111,6 @@ class PartitionLog:
         self.checkpoint_interval = checkpoint_interval
         self._lock = threading.RLock()
         self._opened = False
-        self._opened_once = False
         self.next_idx = 0
         self.start_offset = 0
         self.end_offset = 0
@@ -165,29 +164,20 @@ class PartitionLog:
             if not self._opened:
                 self._load_checkpoint()
                 self._opened = True
-                self._opened_once = False
-            else:
-                self._opened_once = True
-            for attempt in range(2):
+            for attempt in range(3):
                 try:
-                    self._read_records()
+                    self._read_records(last=attempt == 2)
                     return
                 except _Behind:
-                    if attempt:
-                        raise CorruptLogError(
-                            f"partition {self.topic}/{self.partition}: records were deleted under this reader and "
-                            "no partition checkpoint covers them"
-                        ) from None
                     self._reopen()
 
     def _reopen(self) -> None:
-        self._opened_once = False
         self.next_idx = self.start_offset = self.end_offset = 0
         self.segments, self._bases, self.retired, self.last_commit_seq = [], [], {}, -1
         self.checkpoint_idx = -1
         self._load_checkpoint()
 
-    def _read_records(self) -> None:
+    def _read_records(self, *, last: bool) -> None:
         target = self.target()
         if target is not None and self.next_idx >= target:
             return
@@ -213,8 +203,10 @@ class PartitionLog:
             if rec is None:
                 if target is None or idx >= target:
                     return
-                if idx == self.next_idx and self._opened_once:
-                    raise _Behind()  # truncated under this view: the newest partition checkpoint may cover it
+                if not last:
+                    # Truncated under this view (or while this listing ran): a newer partition checkpoint may
+                    # cover it; reopen from it before calling the record lost.
+                    raise _Behind()
                 raise CorruptLogError(
                     f"partition record {marker_path(self.topic, self.partition, idx)} is missing and no "
                     "retained log entry defines it"

@@ -9,7 +9,9 @@ with producer.transaction():
 ```
 
 ``send`` buffers rows per partition and stages a segment whenever a partition's buffer reaches the target size;
-nothing staged is visible until the commit point. Every staged segment carries the producer's per-partition
+nothing staged is visible until the commit point. A send that returned has put its rows in the transaction: a store
+error while staging keeps them buffered for the next stage (``commit_transaction()`` raises if it persists), so a
+caller never resends rows that are already in. Every staged segment carries the producer's per-partition
 sequence number, so a retried stage is a no-op and a gap is refused at commit.
 
 Transactions are numbered per epoch and a number is decided at most once: after a commit whose outcome could not be
@@ -20,6 +22,7 @@ it unless it was committed); ``init_transactions()`` starts over with a new epoc
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,6 +34,7 @@ import pyarrow as pa
 from coordinator import parallel
 from coordinator.coordinator import CommitResult, ProducerIdentity, TransactionCoordinator
 from coordinator.errors import (
+    AlreadyCommittedError,
     CommitStateUnknownError,
     InvalidOptionError,
     InvalidTxnStateError,
@@ -46,6 +50,8 @@ from coordinator.store import Store, StoreOptions, open_store
 from coordinator.topics import TopicMeta, conform, get_topic
 
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -295,7 +301,9 @@ class Producer:
         except CommitStateUnknownError:
             self._txn, self._opened, self._staged, self._unresolved = txn, opened, staged, True
             raise
-        except InvalidTxnStateError:
+        except InvalidTxnStateError as exc:
+            if isinstance(exc, AlreadyCommittedError):
+                self._advance_seqs(staged)  # its segments were published: the next ones follow them
             self._n += 1
             raise
         if opened:
@@ -329,16 +337,19 @@ class Producer:
 
     def _finish(self, txn: str, *, committed: bool) -> None:
         if committed:
-            for seg in self._staged:
-                if seg.seq is not None:
-                    k = (seg.topic, seg.partition)
-                    self._next_seq[k] = max(self._next_seq.get(k, 0), seg.seq + 1)
+            self._advance_seqs(self._staged)
         else:
             self._next_seq = dict(self._seq_at_begin)
         if self._opened and committed:
             self.coordinator.close_transaction(txn)
         self._unresolved = False
         self._reset()
+
+    def _advance_seqs(self, staged: Sequence[SegmentRef]) -> None:
+        for seg in staged:
+            if seg.seq is not None:
+                k = (seg.topic, seg.partition)
+                self._next_seq[k] = max(self._next_seq.get(k, 0), seg.seq + 1)
 
     def _abort_quietly(self, txn: str) -> None:
         assert self.identity is not None
@@ -387,7 +398,14 @@ class Producer:
         self._buffers.setdefault(key, []).append(table)
         self._buffered_bytes[key] = self._buffered_bytes.get(key, 0) + table.nbytes
         if self._buffered_bytes[key] >= self.config.segment_target_bytes:
-            self._stage(key)
+            try:
+                self._stage(key)
+            except ProducerFencedError:
+                raise
+            except TxnLogError as exc:
+                # The rows are in the transaction (a send that raised would invite a resend, and a duplicate):
+                # they stay buffered, and the next send or commit_transaction() stages them again.
+                _log.warning("staging %s/%d deferred: %s", topic, partition, exc)
 
     def _stage(self, key: tuple[str, int]) -> None:
         """Stage the buffered rows of one partition as a segment; the buffer is dropped only once the segment is

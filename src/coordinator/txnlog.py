@@ -44,6 +44,7 @@ from coordinator.errors import (
     CorruptLogError,
     InvalidOptionError,
     StoreError,
+    TxnLogError,
     UnsupportedFormatError,
 )
 from coordinator.layout import (
@@ -470,12 +471,17 @@ class TransactionLog:
             if wrote_intent and attempt == 1:
                 # Just queued after a lost race: one more try soon (jittered), unless the log moves again
                 # meanwhile (then a writer is making progress and will serve the queue).
-                with self._lock:
-                    self._catch_up()  # the entry that won the race
-                lost_at = self.state.seq
-                time.sleep(random.uniform(0, 2.5) * POLL_S)
-                with self._lock:
-                    self._catch_up()
+                try:
+                    with self._lock:
+                        self._catch_up()  # the entry that won the race
+                    lost_at = self.state.seq
+                    time.sleep(random.uniform(0, 2.5) * POLL_S)
+                    with self._lock:
+                        self._catch_up()
+                except StoreError as exc:
+                    raise CommitStateUnknownError(
+                        f"the store failed while request {req.id} was waiting to be decided; it may still be: "
+                        f"{exc}") from exc
                 idle = IDLE_POLLS if self.state.seq == lost_at else 0
                 last_seq = self.state.seq
             elif wrote_intent:
@@ -559,7 +565,7 @@ class TransactionLog:
                     if not others:
                         time.sleep(POLL_S)
                         continue
-                except (StoreError, CorruptLogError) as exc:
+                except TxnLogError as exc:
                     log.debug("stopped appending for waiting intents: %s", exc)
                     return
                 if won is None:
@@ -578,7 +584,7 @@ class TransactionLog:
         while pending:
             try:
                 pending.pop(0)()
-            except (StoreError, CorruptLogError, OSError) as exc:
+            except (TxnLogError, OSError) as exc:
                 log.warning("writing partition records: %s (derived data only; readers compute it)", exc)
 
     def _checkpoint_due(self, seq: int) -> bool:
@@ -593,7 +599,7 @@ class TransactionLog:
         def run() -> None:
             try:
                 self.write_checkpoint()
-            except (StoreError, CorruptLogError, OSError) as exc:
+            except (TxnLogError, OSError) as exc:
                 log.warning("checkpoint after entry %d: %s (readers read more entries)", seq, exc)
             finally:
                 self._checkpointing.release()
@@ -685,7 +691,7 @@ class TransactionLog:
             self._write_records(entry)
             if decided:
                 parallel.background(functools.partial(self._delete_quietly, [intent_path(r) for r in decided]))
-        except (StoreError, CorruptLogError, OSError) as exc:
+        except (TxnLogError, OSError) as exc:
             log.warning("after committing entry %d: %s (derived data only; readers compute it)", entry.seq, exc)
         if self._checkpoint_due(entry.seq):
             self._checkpoint_quietly(entry.seq)

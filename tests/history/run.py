@@ -1,12 +1,12 @@
 """Run generated histories and check them.
 
     python tests/history/run.py --seed S --histories N [--store memory|local|s3] [--fault-rate R]
-                                [--processes] [--steps K] [--expose DEFECT ...] [--time]
+                                [--processes] [--steps K] [--avoid DEFECT ...] [--time]
 
 Prints one summary line ``histories=N operations=M faults=F anomalies=A faults_by_kind=crash:..,error:..,...``,
 then one line per anomaly with the seed that reproduces it (history ``i`` uses seed ``S + i``), and exits 1 when
-there are anomalies. ``--expose`` stops avoiding the trigger of a known core defect (``workload.KNOWN_DEFECTS``;
-``--expose all`` for every one), to see it found.
+there are anomalies. ``--avoid`` stops exercising the trigger of a core defect the histories found and that was
+fixed (``workload.KNOWN_DEFECTS``; ``--avoid all`` for every one), to tell a regression of one from a new defect.
 """
 
 from __future__ import annotations
@@ -147,13 +147,12 @@ def s3_server() -> Iterator[tuple[str, Callable[[], str]]]:
 
 
 def run(seed: int, histories: int, store: str = "memory", fault_rate: float = 0.03, *, processes: bool = False,
-        steps: int | None = None, factory: StoreFactory | None = None, expose: frozenset[str] = frozenset(),
+        steps: int | None = None, factory: StoreFactory | None = None, avoid: frozenset[str] = frozenset(),
         dump: str | None = None, **fixed: object) -> Summary:
     """Run ``histories`` histories with seeds ``seed .. seed + histories - 1`` and check each (``fixed``: history
     parameters to fix instead of drawing them from the seed)."""
     summary = Summary(dump=dump)
     t0 = time.monotonic()
-    avoid = frozenset(KNOWN_DEFECTS) - expose
 
     def go(make: StoreFactory) -> None:
         for i in range(histories):
@@ -181,16 +180,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=None, help="steps per worker (default: drawn from the seed)")
     ap.add_argument("--time", action="store_true", help="append the runtime to the summary line")
     ap.add_argument("--dump", metavar="DIR", help="write every history with anomalies to DIR as JSON")
-    ap.add_argument("--expose", nargs="+", default=[], choices=[*sorted(KNOWN_DEFECTS), "all"], metavar="DEFECT",
-                    help="stop avoiding the trigger of these known core defects: " + ", ".join(sorted(KNOWN_DEFECTS)))
+    ap.add_argument("--avoid", nargs="+", default=[], choices=[*sorted(KNOWN_DEFECTS), "all"], metavar="DEFECT",
+                    help="do not exercise the trigger of these (fixed) core defects, to tell a regression of one "
+                    "from a new defect: " + ", ".join(sorted(KNOWN_DEFECTS)))
     args = ap.parse_args(argv)
     for name in ("coordinator", "txnsink"):  # injected faults make the core log warnings by the hundred
         logging.getLogger(name).setLevel(logging.CRITICAL)
     if args.processes and args.store == "memory":
         ap.error("--processes needs a store shared between processes: --store local or s3")
-    expose = frozenset(KNOWN_DEFECTS) if "all" in args.expose else frozenset(args.expose)
+    avoid = frozenset(KNOWN_DEFECTS) if "all" in args.avoid else frozenset(args.avoid)
     summary = run(args.seed, args.histories, args.store, args.fault_rate, processes=args.processes,
-                  steps=args.steps, expose=expose, dump=args.dump)
+                  steps=args.steps, avoid=avoid, dump=args.dump)
     print(summary.line() + (f" seconds={summary.seconds:.1f}" if args.time else ""))
     for line in summary.details():
         print(line)

@@ -20,8 +20,9 @@ consume-transform-produce step. Faults (all drawn from the seed, see :class:`his
   record of one partition overwritten);
 * **read-only readers** (:class:`history.stores.ReadOnlyStore`): any write they attempt is an anomaly.
 
-Known core defects the checker found are avoided by default (:data:`KNOWN_DEFECTS`, each guarded by a strict-xfail
-regression test), so the default run checks everything else; ``avoid=frozenset()`` exercises them.
+Core defects the checker found are all fixed (:data:`KNOWN_DEFECTS`, each guarded by a regression test in
+``tests/test_history.py``); the default run exercises their triggers, and ``avoid`` skips a trigger, to tell a
+regression of one from a new defect.
 """
 
 from __future__ import annotations
@@ -82,8 +83,8 @@ DAY_MS = 24 * 60 * MINUTE_MS
 #: Grace periods (ms) of GC and partition truncation: short enough that they matter within a history.
 GRACES = (0, 50, 1000)
 
-#: Defects in the core that the checker found; the workload avoids the path that triggers each (see
-#: ``docs/reliability.md``, Findings, and the strict-xfail regression tests in ``tests/test_history.py``).
+#: Defects in the core that the checker found, all fixed; ``avoid`` makes the workload skip the path that triggered
+#: one (see ``docs/reliability.md``, Findings, and the regression tests in ``tests/test_history.py``).
 KNOWN_DEFECTS: dict[str, str] = {
     "flush-retry": "commit_transaction() retried after a StoreError while staging drops the rows whose staging "
                    "failed (Producer._stage pops the buffer first) and acknowledges the rest",
@@ -207,7 +208,7 @@ class WorkerSpec:
     damage: bool = False
     sinks: bool = False
     streams: int = 0
-    avoid: frozenset[str] = frozenset(KNOWN_DEFECTS)
+    avoid: frozenset[str] = frozenset()
     tids: int = 2
 
 
@@ -784,7 +785,10 @@ class Worker:
             op.grace_ms, op.truncation = grace, True
             coord.log.refresh()
             coord.log.write_checkpoint()
-            coord.log.truncate(grace_ms=grace)
+            from coordinator import txnlog
+
+            op.grace_ms = max(grace, txnlog.MIN_LOG_GRACE_MS)  # a shorter one is refused (a test of its own)
+            coord.log.truncate(grace_ms=op.grace_ms)
         elif kind == "maintain":
             op.grace_ms = grace
             target = pick([4096, 1 << 20], "race-target")
@@ -923,7 +927,7 @@ class Worker:
                     writer = make_writer(opts, spark_schema(), False)
 
                     def stage(it: Iterator[pa.RecordBatch], ids: Any, w: Any = writer) -> Any:
-                        return stage_batches(self.store(), w.plan.meta, w.plan.options.partition_key, it, ids, w.txn)
+                        return stage_batches(self.store(), w.plan, it, ids, w.txn)
 
                     def task_ids(task: int, att: int, a: int = attempt) -> Any:
                         return TaskIds(task, att, 1000 * a + 10 * task + att)
@@ -1073,12 +1077,33 @@ def _snapshot_records(tables: dict[str, pa.Table]) -> list[tuple[str, int, int |
     return [r for t, table in sorted(tables.items()) for r in _records(table, t)]
 
 
+#: The log's time constants, scaled down together so that log truncation happens within a history: a grace
+#: period must still be at least twice the window in which a process refreshes by name (the safety argument of
+#: ``TransactionLog.truncate`` holds at any scale; a pause longer than ``RECENT_S`` is the assumption it rests on).
+SCALED_RECENT_S = 0.25
+SCALED_MIN_LOG_GRACE_MS = 500
+
+
+@contextlib.contextmanager
+def scaled_log_clock() -> Iterator[None]:
+    """Run with :data:`SCALED_RECENT_S` and :data:`SCALED_MIN_LOG_GRACE_MS` (restored after)."""
+    from coordinator import txnlog
+
+    saved = txnlog.RECENT_S, txnlog.MIN_LOG_GRACE_MS
+    txnlog.RECENT_S, txnlog.MIN_LOG_GRACE_MS = SCALED_RECENT_S, SCALED_MIN_LOG_GRACE_MS
+    try:
+        yield
+    finally:
+        txnlog.RECENT_S, txnlog.MIN_LOG_GRACE_MS = saved
+
+
 def run_worker(spec: WorkerSpec) -> WorkerResult:
     """Run one worker to completion (in this thread or process)."""
-    if spec.sinks or spec.streams:
-        with sink_connections():
-            return Worker(spec).run()
-    return Worker(spec).run()
+    with scaled_log_clock() if multiprocessing.parent_process() is not None else contextlib.nullcontext():
+        if spec.sinks or spec.streams:
+            with sink_connections():
+                return Worker(spec).run()
+        return Worker(spec).run()
 
 
 @dataclass(frozen=True)
@@ -1105,16 +1130,15 @@ class HistoryParams:
     damage: bool = False
     sinks: bool = False
     streams: int = 0
-    avoid: frozenset[str] = frozenset(KNOWN_DEFECTS)
+    avoid: frozenset[str] = frozenset()
 
     def describe(self) -> str:
         kind = "processes" if self.processes else "threads"
-        exposed = sorted(set(KNOWN_DEFECTS) - self.avoid)
         return (f"seed={self.seed} workers={self.workers} ({kind}) steps={self.steps} fault_rate={self.fault_rate} "
                 f"error_rate={self.error_rate} lost_reply_rate={self.lost_reply_rate} race_rate={self.race_rate} "
                 f"read_only={self.read_only_rate} maintenance={self.maintenance} damage={self.damage} "
                 f"sinks={self.sinks} streams={self.streams} ckpt={self.checkpoint_interval} "
-                f"segment={self.segment_format}/{self.segment_bytes}" + (f" exposed={exposed}" if exposed else ""))
+                f"segment={self.segment_format}/{self.segment_bytes}" + (f" avoided={sorted(self.avoid)}" if self.avoid else ""))
 
 
 def params_for(seed: int, url: str, options: dict[str, str] | None = None, *, fault_rate: float = 0.03,
@@ -1153,6 +1177,11 @@ def setup_topics(url: str, options: dict[str, str]) -> None:
 
 def run_history(params: HistoryParams) -> History:
     """Set up topics, run the workers (threads, or processes), then take the fault-free final read."""
+    with scaled_log_clock():
+        return _run_history(params)
+
+
+def _run_history(params: HistoryParams) -> History:
     setup_topics(params.url, params.options)
 
     def solo(w: int) -> bool:
