@@ -50,17 +50,20 @@ class TxnLogBatchReader(DataSourceReader):
         Raises:
             TopicNotFoundError: a topic does not exist.
             InvalidOptionError: an offset option does not fit the topics' partitions or offsets.
+            SchemaMismatchError: a user-given schema names a column none of the topics has.
         """
         from coordinator.coordinator import TransactionCoordinator
         from coordinator.store import open_store
         from coordinator.topics import get_topic
         from txnsource.offsets import batch_ranges
         from txnsource.planning import list_data, plan_partitions, staged_paths
+        from txnsource.schema import check_projection
 
         opts = self.options
         store = open_store(opts.path, opts.store)
         coord = TransactionCoordinator(store)
         metas = {t: get_topic(store, t) for t in opts.topics}
+        check_projection(self.schema.names, list(metas.values()))
         listed: dict[tuple[str, int], list[str]] = {}
         if opts.isolation == READ_UNCOMMITTED:
             # listed before the snapshot: a file committed after the listing is then still in the snapshot
