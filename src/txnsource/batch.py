@@ -102,6 +102,18 @@ class TxnLogPushdownReader(TxnLogBatchReader):
         return rest
 
 
+def refuse_native(opts: ReadOptions) -> None:
+    """Raises: InvalidOptionError when ``readPath`` is ``native``: a Spark data source cannot hand back Spark's own
+    Parquet scan, only :func:`txnsource.read` can."""
+    if opts.read_path == "native":
+        from coordinator.errors import InvalidOptionError
+
+        raise InvalidOptionError(
+            "option 'readPath' = 'native' needs txnsource.read(spark, path, topic=...), which returns a DataFrame "
+            "read by Spark's own Parquet reader; spark.read.format(\"txnlog\") is the Python reader"
+        )
+
+
 def _in_pushdown_worker() -> bool:
     if PUSHDOWN_WORKER in sys.modules:
         return True
@@ -114,8 +126,9 @@ def make_batch_reader(options: Mapping[str, str], schema: StructType) -> DataSou
     """The batch reader for Spark's ``options`` and ``schema``.
 
     Raises:
-        InvalidOptionError: a bad option (see :mod:`txnsource.options`).
+        InvalidOptionError: a bad option (see :mod:`txnsource.options`), or ``readPath`` = ``native``.
     """
     opts = parse_options(options, streaming=False)
+    refuse_native(opts)
     cls = TxnLogPushdownReader if _in_pushdown_worker() else TxnLogBatchReader
     return cls(opts, schema)

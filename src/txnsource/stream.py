@@ -231,6 +231,11 @@ def make_stream_reader(options: Mapping[str, str], schema: StructType) -> TxnLog
     """The stream reader for Spark's ``options`` and ``schema``.
 
     Raises:
-        InvalidOptionError: a bad option, ``endingOffsets``, or ``isolationLevel`` = ``read_uncommitted``.
+        InvalidOptionError: a bad option, ``endingOffsets``, ``isolationLevel`` = ``read_uncommitted``, or
+            ``readPath`` = ``native`` (streams always use the Python reader).
     """
-    return TxnLogStreamReader(parse_options(options, streaming=True), schema)
+    from txnsource.batch import refuse_native
+
+    opts = parse_options(options, streaming=True)
+    refuse_native(opts)
+    return TxnLogStreamReader(opts, schema)

@@ -1,0 +1,390 @@
+"""The native batch read path: :func:`read` returns a DataFrame that Spark's own Parquet reader reads.
+
+A Python data source can only hand Spark Arrow batches it decoded itself; Spark's Parquet reader decodes
+vectorised in the JVM, prunes columns and row groups, and costs no Python worker. :func:`read` therefore resolves a
+committed, transaction-consistent snapshot on the driver into segment files and row ranges, and builds Parquet scans
+of them (one per topic, unless it has many files), the metadata columns computed from Spark's own file metadata:
+
+* per-file values are picked by a balanced tree of comparisons on ``_metadata.file_size``, unique among a scan's
+  files (files of equal size go to separate scans) and checked against the commit records when the scan is built;
+* ``_topic`` is a literal of the scan, ``_partition`` the file's partition (a filter on it only refers to the file
+  size, so Spark prunes files with it);
+* ``_offset`` is the file's first offset plus ``_metadata.row_index``, ``_timestamp`` the commit time of the file
+  (or, for a compacted file, of the run of rows the row index falls in);
+* rows outside a slice (a range that starts or ends inside a file) are filtered on the row index.
+
+Columns a query does not use are never read, metadata included: Spark's pruning sees plain expressions.
+
+Same rows, same schema and the same ``read_committed`` snapshot semantics as ``spark.read.format("txnlog")``, with
+one difference: the snapshot is taken when :func:`read` is called and pinned in the DataFrame (every action on it
+reads the same rows), where the data source takes a new snapshot per action. A DataFrame kept past the garbage
+collector's grace period after a compaction may find its files gone: call :func:`read` again.
+
+The native path applies when Spark's file system reaches the store (a local path; ``s3://`` through ``s3a://`` when
+``hadoop-aws`` is on Spark's classpath, credentials passed as read options, never set on the session), the read is
+``read_committed``, the segments are Parquet and the columns have plain types (numbers, booleans, strings, binary,
+dates, decimals, micro- or millisecond timestamps). ``readPath`` = ``auto`` falls back to the Python reader
+otherwise; ``native`` fails naming the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from coordinator.errors import InvalidOptionError
+from txnsource.options import ReadOptions, parse_options
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+    from coordinator.store import Store
+    from coordinator.topics import TopicMeta
+
+log = logging.getLogger(__name__)
+
+#: Files per Parquet scan at most: Spark lists more files than this in a distributed job of its own.
+MAX_SCAN_FILES = 32
+
+
+class NativeUnavailable(Exception):  # noqa: N818 - a reason, not an error the caller sees
+    """Why the native path cannot read this (``auto`` then uses the Python reader)."""
+
+
+@dataclass(frozen=True)
+class NativeFile:
+    """One segment file as a scan reads it.
+
+    Attributes:
+        partition: the topic partition the file belongs to.
+        url: the file as Spark's file system names it.
+        size: its size in bytes (the scan's lookup key).
+        base_offset: the offset of the file's row 0.
+        lo, hi: the file rows ``[lo, hi)`` the read takes.
+        rows: the rows the file holds.
+        runs: (first file row, commit time in microseconds) of each transaction's run of rows, in order.
+    """
+
+    partition: int
+    url: str
+    size: int
+    base_offset: int
+    lo: int
+    hi: int
+    rows: int
+    runs: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class NativeScan:
+    """One Parquet scan: files of one topic with distinct sizes."""
+
+    topic: str
+    files: tuple[NativeFile, ...]
+
+
+def read(spark: SparkSession, path: str, **options: Any) -> DataFrame:
+    """Read topics at one committed snapshot, as ``spark.read.format("txnlog").options(...).load(path)`` does,
+    through Spark's own Parquet reader where it can (``readPath``: ``auto``, the default; ``native``; ``python``).
+
+    Args:
+        spark: the session (a classic or a Spark Connect session).
+        path: the store root URL.
+        options: the batch read options of ``format("txnlog")`` (``topic``, ``startingOffsets``,
+            ``endingOffsets``, ``isolationLevel``, ``s3.*``, ...) and ``readPath``; values are turned into strings.
+
+    Returns:
+        A DataFrame of the topics' columns and ``_topic``, ``_partition``, ``_offset``, ``_timestamp``.
+
+    Raises:
+        InvalidOptionError: a bad option, or ``readPath`` = ``native`` where the native path does not apply
+            (the message says why).
+        TopicNotFoundError: a topic does not exist.
+        CorruptLogError: a committed segment is missing or has the wrong size.
+    """
+    text = {str(k): ("" if v is None else str(v)) for k, v in options.items()}
+    opts = parse_options({**text, "path": path}, streaming=False)
+    if opts.read_path == "python":
+        return _python_reader(spark, path, text)
+    try:
+        return _native(spark, opts)
+    except NativeUnavailable as why:
+        if opts.read_path == "native":
+            raise InvalidOptionError(f"option 'readPath' = 'native' cannot read this: {why}") from None
+        log.info("txnlog: reading through the Python data source: %s", why)
+        return _python_reader(spark, path, text)
+
+
+def _python_reader(spark: SparkSession, path: str, options: Mapping[str, str]) -> DataFrame:
+    reader = spark.read.format("txnlog")
+    for key, value in options.items():
+        if key.lower() != "readpath":
+            reader = reader.option(key, value)
+    return reader.load(path)
+
+
+# -- planning (driver, plain Python) --------------------------------------------------------------------------
+
+
+def spark_root(opts: ReadOptions) -> str:
+    """The store root as Spark's file system names it.
+
+    Raises:
+        NativeUnavailable: an in-memory store.
+    """
+    import os
+
+    url = opts.path.strip()
+    if url.startswith("memory://"):
+        raise NativeUnavailable("an in-memory store is out of Spark's reach")
+    if url.startswith(("s3://", "s3a://")):
+        return "s3a://" + url.split("://", 1)[1].rstrip("/")
+    if url.startswith("file://"):
+        url = url[len("file://"):]
+    return os.path.abspath(url)
+
+
+def hadoop_options(opts: ReadOptions) -> dict[str, str]:
+    """The ``fs.s3a.*`` read options equivalent to the ``s3.*`` options (empty for local stores). They travel with
+    the read only, never into the session's configuration."""
+    if not opts.path.strip().startswith(("s3://", "s3a://")):
+        return {}
+    s3 = opts.store
+    out: dict[str, str] = {}
+    if s3.endpoint:
+        out["fs.s3a.endpoint"] = s3.endpoint
+        out["fs.s3a.path.style.access"] = "true"
+        out["fs.s3a.connection.ssl.enabled"] = str(s3.endpoint.startswith("https")).lower()
+    if s3.region:
+        out["fs.s3a.endpoint.region"] = s3.region
+    if s3.key and s3.secret:
+        out["fs.s3a.access.key"] = s3.key
+        out["fs.s3a.secret.key"] = s3.secret
+        if s3.token:
+            out["fs.s3a.session.token"] = s3.token
+            out["fs.s3a.aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+    return out
+
+
+_PLAIN = ("is_integer", "is_floating", "is_boolean", "is_string", "is_large_string", "is_binary", "is_large_binary",
+          "is_date", "is_decimal")
+
+
+def check_types(metas: Sequence[TopicMeta]) -> None:
+    """Raises: NativeUnavailable when a column's type is not one Spark's Parquet reader reads as the Python reader
+    does, or two columns differ only in case (Spark resolves Parquet columns case-insensitively)."""
+    import pyarrow as pa
+
+    for meta in metas:
+        seen: dict[str, str] = {}
+        for f in meta.schema:
+            t = f.type
+            plain = any(getattr(pa.types, k)(t) for k in _PLAIN)
+            if pa.types.is_float16(t) or pa.types.is_unsigned_integer(t):
+                plain = False
+            if not (plain or (pa.types.is_timestamp(t) and t.unit in ("ms", "us"))):
+                raise NativeUnavailable(f"column {f.name!r} of topic {meta.name!r} is {t}")
+            if f.name.lower() in seen or f.name == "_metadata":
+                raise NativeUnavailable(f"column {f.name!r} of topic {meta.name!r} clashes with "
+                                        f"{seen.get(f.name.lower(), '_metadata')!r} in Spark's Parquet reader")
+            seen[f.name.lower()] = f.name
+
+
+def _file(root: str, partition: int, seg: Any, skip: int, rows: int) -> NativeFile:
+    runs = tuple((first - seg.base_offset, ts * 1000) for first, ts, _seq in seg.run_list())
+    return NativeFile(partition, f"{root}/{seg.path}", seg.size, seg.base_offset, skip, skip + rows, seg.rows, runs)
+
+
+def plan_scans(store: Store, opts: ReadOptions, root: str) -> list[NativeScan]:
+    """Take the snapshot and resolve it into scans: per topic, files of distinct sizes, at most
+    :data:`MAX_SCAN_FILES` each.
+
+    Raises:
+        NativeUnavailable: ``read_uncommitted``, or an Arrow IPC segment.
+        InvalidOptionError: an offset option does not fit the topics.
+        CorruptLogError: a committed segment is missing or its size differs from its commit record.
+    """
+    from coordinator.coordinator import TransactionCoordinator
+    from coordinator.errors import CorruptLogError
+    from coordinator.layout import data_dir
+    from coordinator.reader import READ_UNCOMMITTED
+    from txnsource.offsets import batch_ranges
+
+    if opts.isolation == READ_UNCOMMITTED:
+        raise NativeUnavailable("read_uncommitted reads staged files, which only the Python reader lists")
+    coord = TransactionCoordinator(store)
+    snap = coord.snapshot(opts.topics)
+    groups: dict[str, list[list[NativeFile]]] = {}
+    for (topic, p), (start, end) in sorted(batch_ranges(opts.starting, opts.ending, snap, opts.topics).items()):
+        if end <= start:
+            continue
+        plog = coord.partition(topic, p)
+        if plog.end_offset < end:
+            plog.refresh()
+        slices = plog.slices(start, end)
+        if any(not sl.segment.path.endswith(".parquet") for sl in slices):
+            raise NativeUnavailable(f"partition {topic}/{p} holds Arrow IPC segments")
+        sizes = {o.path: o.size for o in store.list_info(data_dir(topic, p))}
+        scans = groups.setdefault(topic, [])
+        for sl in slices:
+            seg = sl.segment
+            if seg.path not in sizes:
+                raise CorruptLogError(f"segment {seg.path} named by a commit marker is missing")
+            if sizes[seg.path] != seg.size:
+                raise CorruptLogError(f"segment {seg.path} is truncated or damaged: {sizes[seg.path]} bytes, "
+                                      f"expected {seg.size}")
+            f = _file(root, p, seg, sl.skip, sl.rows)
+            home = next((g for g in scans if len(g) < MAX_SCAN_FILES and all(o.size != f.size for o in g)), None)
+            if home is None:
+                scans.append([f])
+            else:
+                home.append(f)
+    return [NativeScan(topic, tuple(g)) for topic in opts.topics for g in groups.get(topic, [])]
+
+
+# -- the DataFrame --------------------------------------------------------------------------------------------
+
+
+SIZE = "_metadata.file_size"
+ROW = "_metadata.row_index"
+
+
+def _tree(key: str, bounds: Sequence[int], leaves: Sequence[str]) -> str:
+    """SQL for ``leaves[i]`` where ``bounds[i] <= key < bounds[i + 1]`` (``bounds`` ascending; the first and last
+    leaves also cover everything below and above): a balanced tree of comparisons, log2(n) deep."""
+    if len(leaves) == 1:
+        return leaves[0]
+    mid = len(leaves) // 2
+    return (f"CASE WHEN {key} < {bounds[mid]}L THEN {_tree(key, bounds[:mid], leaves[:mid])} "
+            f"ELSE {_tree(key, bounds[mid:], leaves[mid:])} END")
+
+
+def lookup(key: str, pairs: Sequence[tuple[int, str]]) -> str:
+    """SQL for the value paired with ``key``'s exact match among ``pairs`` (keys distinct; a key matching none
+    gets a neighbour's value), as :func:`_tree`; neighbours with the same value share a leaf."""
+    bounds: list[int] = []
+    leaves: list[str] = []
+    for k, v in sorted(pairs):
+        if not leaves or leaves[-1] != v:
+            bounds.append(k)
+            leaves.append(v)
+    return _tree(key, bounds, leaves)
+
+
+def _zero(dtype: Any) -> Column:
+    """A non-null literal of ``dtype`` (to type a never-null column as not nullable)."""
+    import datetime as dt
+
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    value: Any = 0
+    if isinstance(dtype, T.StringType):
+        value = ""
+    elif isinstance(dtype, T.BinaryType):
+        value = bytearray()
+    elif isinstance(dtype, T.BooleanType):
+        value = False
+    elif isinstance(dtype, T.DateType):
+        value = dt.date(1970, 1, 1)
+    elif isinstance(dtype, (T.TimestampType, T.TimestampNTZType)):
+        value = dt.datetime(1970, 1, 1)
+    return F.lit(value).cast(dtype)
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def scan_sql(scan: NativeScan) -> tuple[str, str, str, str]:
+    """SQL of one scan's row filter, ``_partition``, ``_offset`` and ``_timestamp`` over Spark's file metadata.
+
+    Every expression compares the file size: it is what keeps Spark reading only the metadata fields a query
+    uses (with no reference to ``_metadata`` left after pruning it would read every field, the per-row index
+    included). ``size >= 0`` always holds; it also types ``_offset`` and ``_timestamp`` nullable, as the Python
+    reader types them.
+    """
+    partial = {f.size for f in scan.files if f.lo > 0 or f.hi < f.rows}
+    keep = f"{SIZE} >= 0"
+    if partial:
+        ranges = [(f.size, f"({ROW} >= {f.lo}L AND {ROW} < {f.hi}L)" if f.size in partial else "true")
+                  for f in scan.files]
+        keep += f" AND {lookup(SIZE, ranges)}"
+    base = lookup(SIZE, [(f.size, f"{f.base_offset}L") for f in scan.files])
+    stamp = lookup(SIZE, [(f.size, f"{f.runs[0][1]}L" if len(f.runs) == 1
+                           else lookup(ROW, [(first, f"{ts}L") for first, ts in f.runs])) for f in scan.files])
+    partition = lookup(SIZE, [(f.size, str(f.partition)) for f in scan.files])
+    return (keep, partition, f"CASE WHEN {SIZE} >= 0 THEN {base} + {ROW} END",
+            f"CASE WHEN {SIZE} >= 0 THEN timestamp_micros({stamp}) END")
+
+
+def scan_frame(spark: SparkSession, scan: NativeScan, schema: StructType, topic_columns: Sequence[str],
+               fs_options: Mapping[str, str]) -> DataFrame:
+    """One scan's rows, shaped to ``schema`` (the read schema: topic columns of every topic read, metadata)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    data = [f for f in schema.fields if f.name in topic_columns]
+    reader = spark.read.schema(T.StructType([T.StructField(f.name, f.dataType, True) for f in data]))
+    for k, v in fs_options.items():
+        reader = reader.option(k, v)
+    keep, partition, offset, stamp = scan_sql(scan)
+    df = reader.parquet(*[f.url for f in scan.files]).where(F.expr(keep))
+    cols: list[Column] = []
+    for field in schema.fields:
+        name = field.name
+        if name == "_topic":
+            col = F.lit(scan.topic)
+        elif name == "_partition":
+            col = F.expr(partition).cast("int")
+        elif name == "_offset":
+            col = F.expr(offset)
+        elif name == "_timestamp":
+            col = F.expr(stamp)
+        elif name not in topic_columns:
+            col = F.lit(None).cast(field.dataType)
+        elif field.nullable:
+            col = F.col(_quoted(name))
+        else:
+            col = F.coalesce(F.col(_quoted(name)), _zero(field.dataType))
+        cols.append(col.alias(name))
+    return df.select(*cols)
+
+
+def _native(spark: SparkSession, opts: ReadOptions) -> DataFrame:
+    from coordinator.store import open_store
+    from coordinator.topics import get_topic
+    from txnsource.schema import to_spark_schema, union_schema
+
+    root = spark_root(opts)
+    store = open_store(opts.path, opts.store, probe=False)
+    try:
+        metas = {t: get_topic(store, t) for t in opts.topics}
+        check_types(list(metas.values()))
+        schema = to_spark_schema(union_schema(list(metas.values())))
+        scans = plan_scans(store, opts, root)
+    finally:
+        store.close()
+    if not scans:
+        return spark.createDataFrame([], schema)
+    fs_options = hadoop_options(opts)
+    frames: list[DataFrame] = []
+    for scan in scans:
+        try:
+            frame = scan_frame(spark, scan, schema, metas[scan.topic].schema.names, fs_options)
+            if not frames:
+                frame.columns  # noqa: B018 - resolves the scan now: a file system Spark lacks fails here
+        except Exception as exc:
+            if "No FileSystem for scheme" in str(exc) or "UnsupportedFileSystem" in type(exc).__name__:
+                raise NativeUnavailable(f"Spark has no file system for {root.split(':', 1)[0]}:// (for s3a, put "
+                                        "hadoop-aws on Spark's classpath)") from None
+            raise
+        frames.append(frame)
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.union(frame)
+    return out
+
