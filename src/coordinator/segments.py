@@ -31,15 +31,16 @@ ROW_GROUP_ROWS = 128 * 1024
 
 @dataclass
 class DecodeCounts:
-    """What this process decoded from segment files: Parquet row groups (or Arrow IPC record batches) and the
-    rows they hold. Counted by :func:`decode_rows`; plain statistics, never used for decisions."""
+    """What this process decoded from segment files: Parquet row groups (or Arrow IPC record batches), the rows
+    they hold, and column chunks (row groups times columns). Counted by :func:`decode_rows`; plain statistics,
+    never used for decisions."""
 
     row_groups: int = 0
     rows: int = 0
+    column_chunks: int = 0
 
     def reset(self) -> None:
-        self.row_groups = 0
-        self.rows = 0
+        self.row_groups = self.rows = self.column_chunks = 0
 
 
 DECODED = DecodeCounts()
@@ -126,7 +127,8 @@ def decode_rows(
 ) -> pa.Table:
     """Decode rows ``[skip, skip + rows)`` of a segment file (all rows from ``skip`` when ``rows`` is None), only
     the Parquet row groups (Arrow record batches) that hold them, and only ``columns`` (all when None; names the
-    file lacks are left out). The size and checksum, when known, are checked over the whole file.
+    file lacks are left out; with none left, nothing is decoded and the table has the rows but no columns). The size and
+    checksum, when known, are checked over the whole file.
 
     Raises:
         CorruptLogError: naming ``path`` when the file is truncated, damaged or undecodable, or holds fewer rows
@@ -149,8 +151,10 @@ def decode_rows(
         end = total if rows is None else skip + rows
         if end > total or skip < 0:
             raise CorruptLogError(f"segment {path} holds {total} rows, rows [{skip}, {end}) were asked for")
-        picked, first = _pick(counts, skip, end)
         names = file_schema.names if columns is None else [c for c in columns if c in file_schema.names]
+        if not names:  # nothing to decode: the caller only needs the rows to be there
+            return pa.table({"_": pa.nulls(end - skip)}).select([])
+        picked, first = _pick(counts, skip, end)
         if path.endswith(".arrow"):
             batches = [ipc.get_batch(i).select(names) for i in picked]
             table = pa.Table.from_batches(batches, schema=pa.schema([file_schema.field(n) for n in names]))
@@ -160,6 +164,7 @@ def decode_rows(
         raise CorruptLogError(f"segment {path} cannot be decoded: {exc}") from exc
     DECODED.row_groups += len(picked)
     DECODED.rows += sum(counts[i] for i in picked)
+    DECODED.column_chunks += len(picked) * len(names)
     if first == skip and table.num_rows == end - skip:
         return table
     return table.slice(skip - first, end - skip)
