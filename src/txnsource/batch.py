@@ -109,8 +109,8 @@ def refuse_native(opts: ReadOptions) -> None:
         from coordinator.errors import InvalidOptionError
 
         raise InvalidOptionError(
-            "option 'readPath' = 'native' needs txnsource.read(spark, path, topic=...), which returns a DataFrame "
-            "read by Spark's own Parquet reader; spark.read.format(\"txnlog\") is the Python reader"
+            "option 'readPath' = 'native' needs txnsource.read(spark, path, topic=...), a batch read that returns "
+            "Spark's own Parquet scan; spark.read.format(\"txnlog\") and readStream use the Python reader"
         )
 
 

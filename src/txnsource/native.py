@@ -277,12 +277,16 @@ def lookup(key: str, pairs: Sequence[tuple[int, str]]) -> str:
 def _zero(dtype: Any) -> Column:
     """A non-null literal of ``dtype`` (to type a never-null column as not nullable)."""
     import datetime as dt
+    import decimal
 
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
     value: Any = 0
-    if isinstance(dtype, T.StringType):
+    if isinstance(dtype, T.DecimalType):
+        # a decimal literal (a cast from an integer could overflow and would type the column nullable)
+        value = decimal.Decimal(0).scaleb(-dtype.scale)
+    elif isinstance(dtype, T.StringType):
         value = ""
     elif isinstance(dtype, T.BinaryType):
         value = bytearray()
@@ -378,7 +382,8 @@ def _native(spark: SparkSession, opts: ReadOptions) -> DataFrame:
             if not frames:
                 frame.columns  # noqa: B018 - resolves the scan now: a file system Spark lacks fails here
         except Exception as exc:
-            if "No FileSystem for scheme" in str(exc) or "UnsupportedFileSystem" in type(exc).__name__:
+            text = str(exc)
+            if "No FileSystem for scheme" in text or ("FileSystem" in text and "ClassNotFoundException" in text):
                 raise NativeUnavailable(f"Spark has no file system for {root.split(':', 1)[0]}:// (for s3a, put "
                                         "hadoop-aws on Spark's classpath)") from None
             raise
