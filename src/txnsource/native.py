@@ -13,7 +13,9 @@ of them (one per topic, unless it has many files), the metadata columns computed
   (or, for a compacted file, of the run of rows the row index falls in);
 * rows outside a slice (a range that starts or ends inside a file) are filtered on the row index.
 
-Columns a query does not use are never read, metadata included: Spark's pruning sees plain expressions.
+Columns a query does not use are never read: Spark's pruning sees plain expressions. (Spark reads the row index
+of each row whenever a query could refer to ``_metadata``; it costs far less than the per-row struct that any
+reference to a metadata field makes it build.)
 
 Same rows, same schema and the same ``read_committed`` snapshot semantics as ``spark.read.format("txnlog")``, with
 one difference: the snapshot is taken when :func:`read` is called and pinned in the DataFrame (every action on it
@@ -303,25 +305,20 @@ def _quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def scan_sql(scan: NativeScan) -> tuple[str, str, str, str]:
-    """SQL of one scan's row filter, ``_partition``, ``_offset`` and ``_timestamp`` over Spark's file metadata.
-
-    Every expression compares the file size: it is what keeps Spark reading only the metadata fields a query
-    uses (with no reference to ``_metadata`` left after pruning it would read every field, the per-row index
-    included). ``size >= 0`` always holds; it also types ``_offset`` and ``_timestamp`` nullable, as the Python
-    reader types them.
-    """
+def scan_sql(scan: NativeScan) -> tuple[str | None, str, str, str]:
+    """SQL of one scan's row filter (None when every file is read whole), ``_partition``, ``_offset`` and
+    ``_timestamp`` over Spark's file metadata. ``_offset`` and ``_timestamp`` are typed nullable, as the Python
+    reader types them (the row index is never negative)."""
     partial = {f.size for f in scan.files if f.lo > 0 or f.hi < f.rows}
-    keep = f"{SIZE} >= 0"
+    keep = None
     if partial:
-        ranges = [(f.size, f"({ROW} >= {f.lo}L AND {ROW} < {f.hi}L)" if f.size in partial else "true")
-                  for f in scan.files]
-        keep += f" AND {lookup(SIZE, ranges)}"
+        keep = lookup(SIZE, [(f.size, f"({ROW} >= {f.lo}L AND {ROW} < {f.hi}L)" if f.size in partial else "true")
+                             for f in scan.files])
     base = lookup(SIZE, [(f.size, f"{f.base_offset}L") for f in scan.files])
     stamp = lookup(SIZE, [(f.size, f"{f.runs[0][1]}L" if len(f.runs) == 1
                            else lookup(ROW, [(first, f"{ts}L") for first, ts in f.runs])) for f in scan.files])
     partition = lookup(SIZE, [(f.size, str(f.partition)) for f in scan.files])
-    return (keep, partition, f"CASE WHEN {SIZE} >= 0 THEN {base} + {ROW} END",
+    return (keep, partition, f"CASE WHEN {ROW} >= 0 THEN {base} + {ROW} END",
             f"CASE WHEN {SIZE} >= 0 THEN timestamp_micros({stamp}) END")
 
 
@@ -336,7 +333,9 @@ def scan_frame(spark: SparkSession, scan: NativeScan, schema: StructType, topic_
     for k, v in fs_options.items():
         reader = reader.option(k, v)
     keep, partition, offset, stamp = scan_sql(scan)
-    df = reader.parquet(*[f.url for f in scan.files]).where(F.expr(keep))
+    df = reader.parquet(*[f.url for f in scan.files])
+    if keep is not None:
+        df = df.where(F.expr(keep))
     cols: list[Column] = []
     for field in schema.fields:
         name = field.name
