@@ -32,6 +32,8 @@ otherwise; ``native`` fails naming the reason.
 from __future__ import annotations
 
 import logging
+import posixpath
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -40,7 +42,7 @@ from coordinator.errors import InvalidOptionError
 from txnsource.options import ReadOptions, parse_options
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
     from coordinator.store import Store
@@ -48,8 +50,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Files per Parquet scan at most: Spark lists more files than this in a distributed job of its own.
-MAX_SCAN_FILES = 32
+#: Files per Parquet scan at most: bounds the depth and size of the per-file lookups.
+MAX_SCAN_FILES = 256
 
 
 class NativeUnavailable(Exception):  # noqa: N818 - a reason, not an error the caller sees
@@ -82,10 +84,20 @@ class NativeFile:
 
 @dataclass(frozen=True)
 class NativeScan:
-    """One Parquet scan: files of one topic with distinct sizes."""
+    """One Parquet scan: files of one topic with distinct sizes.
+
+    Attributes:
+        topic: the topic the files belong to.
+        files: the files read.
+        paths: what Spark lists: the files' folders when ``glob`` is set, else the files themselves.
+        glob: a ``pathGlobFilter`` naming exactly the files in ``paths``, or None. Listing a folder costs one
+            request where a file path costs one per file.
+    """
 
     topic: str
     files: tuple[NativeFile, ...]
+    paths: tuple[str, ...]
+    glob: str | None
 
 
 def read(spark: SparkSession, path: str, **options: Any) -> DataFrame:
@@ -142,6 +154,8 @@ def spark_root(opts: ReadOptions) -> str:
     url = opts.path.strip()
     if url.startswith("memory://"):
         raise NativeUnavailable("an in-memory store is out of Spark's reach")
+    if any(c in url for c in "*?[]{}\\"):
+        raise NativeUnavailable("the store path holds characters Spark reads as a glob pattern")
     if url.startswith(("s3://", "s3a://")):
         return "s3a://" + url.split("://", 1)[1].rstrip("/")
     if url.startswith("file://"):
@@ -189,9 +203,9 @@ def check_types(metas: Sequence[TopicMeta]) -> None:
                 plain = False
             if not (plain or (pa.types.is_timestamp(t) and t.unit in ("ms", "us"))):
                 raise NativeUnavailable(f"column {f.name!r} of topic {meta.name!r} is {t}")
-            if f.name.lower() in seen or f.name == "_metadata":
+            if f.name.lower() in seen or f.name == "_metadata" or f.name in INTERNAL:
                 raise NativeUnavailable(f"column {f.name!r} of topic {meta.name!r} clashes with "
-                                        f"{seen.get(f.name.lower(), '_metadata')!r} in Spark's Parquet reader")
+                                        f"{seen.get(f.name.lower(), f.name)!r} in Spark's Parquet reader")
             seen[f.name.lower()] = f.name
 
 
@@ -220,6 +234,7 @@ def plan_scans(store: Store, opts: ReadOptions, root: str) -> list[NativeScan]:
     coord = TransactionCoordinator(store)
     snap = coord.snapshot(opts.topics)
     groups: dict[str, list[list[NativeFile]]] = {}
+    listed: dict[str, list[str]] = {}
     for (topic, p), (start, end) in sorted(batch_ranges(opts.starting, opts.ending, snap, opts.topics).items()):
         if end <= start:
             continue
@@ -229,7 +244,9 @@ def plan_scans(store: Store, opts: ReadOptions, root: str) -> list[NativeScan]:
         slices = plog.slices(start, end)
         if any(not sl.segment.path.endswith(".parquet") for sl in slices):
             raise NativeUnavailable(f"partition {topic}/{p} holds Arrow IPC segments")
-        sizes = {o.path: o.size for o in store.list_info(data_dir(topic, p))}
+        infos = store.list_info(data_dir(topic, p))
+        sizes = {o.path: o.size for o in infos}
+        listed[f"{root}/{data_dir(topic, p)}"] = [posixpath.basename(o.path) for o in infos]
         scans = groups.setdefault(topic, [])
         for sl in slices:
             seg = sl.segment
@@ -244,14 +261,31 @@ def plan_scans(store: Store, opts: ReadOptions, root: str) -> list[NativeScan]:
                 scans.append([f])
             else:
                 home.append(f)
-    return [NativeScan(topic, tuple(g)) for topic in opts.topics for g in groups.get(topic, [])]
+    return [_scan(topic, g, listed) for topic in opts.topics for g in groups.get(topic, [])]
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _scan(topic: str, files: Sequence[NativeFile], listed: Mapping[str, Sequence[str]]) -> NativeScan:
+    """A scan of ``files``: their folders filtered by a glob of their names when that selects exactly them in
+    the folders' listings (``listed``), else the files one by one."""
+    folders = sorted({posixpath.dirname(f.url) for f in files})
+    wanted = {(posixpath.dirname(f.url), posixpath.basename(f.url)) for f in files}
+    names = {name for _folder, name in wanted}
+    matched = {(d, n) for d in folders for n in listed[d] if n in names}
+    if matched == wanted and all(_PLAIN_NAME.fullmatch(n) for n in names):
+        return NativeScan(topic, tuple(files), tuple(folders), "{" + ",".join(sorted(names)) + "}")
+    return NativeScan(topic, tuple(files), tuple(f.url for f in files), None)
 
 
 # -- the DataFrame --------------------------------------------------------------------------------------------
 
 
-SIZE = "_metadata.file_size"
-ROW = "_metadata.row_index"
+#: The file size and row index under names of their own (a tree of comparisons on a plain column analyses
+#: faster than one on a metadata field), and the per-file values the lookup picks.
+SIZE, ROW, INFO = "__txnlog_file_size", "__txnlog_row_index", "__txnlog_file_info"
+INTERNAL = (SIZE, ROW, INFO)
 
 
 def _tree(key: str, bounds: Sequence[int], leaves: Sequence[str]) -> str:
@@ -276,85 +310,80 @@ def lookup(key: str, pairs: Sequence[tuple[int, str]]) -> str:
     return _tree(key, bounds, leaves)
 
 
-def _zero(dtype: Any) -> Column:
-    """A non-null literal of ``dtype`` (to type a never-null column as not nullable)."""
-    import datetime as dt
-    import decimal
-
-    from pyspark.sql import functions as F
+def _zero(dtype: Any) -> str:
+    """SQL of a non-null literal of ``dtype`` (to type a never-null column as not nullable). Typed literals, not
+    casts: a cast that could overflow would type the column nullable."""
     from pyspark.sql import types as T
 
-    value: Any = 0
     if isinstance(dtype, T.DecimalType):
-        # a decimal literal (a cast from an integer could overflow and would type the column nullable)
-        value = decimal.Decimal(0).scaleb(-dtype.scale)
-    elif isinstance(dtype, T.StringType):
-        value = ""
-    elif isinstance(dtype, T.BinaryType):
-        value = bytearray()
-    elif isinstance(dtype, T.BooleanType):
-        value = False
-    elif isinstance(dtype, T.DateType):
-        value = dt.date(1970, 1, 1)
-    elif isinstance(dtype, (T.TimestampType, T.TimestampNTZType)):
-        value = dt.datetime(1970, 1, 1)
-    return F.lit(value).cast(dtype)
+        return "0." + "0" * dtype.scale + "BD" if dtype.scale else "0BD"
+    simple = {T.ByteType: "0Y", T.ShortType: "0S", T.IntegerType: "0", T.LongType: "0L", T.FloatType: "0.0F",
+              T.DoubleType: "0.0D", T.StringType: "''", T.BinaryType: "X''", T.BooleanType: "false",
+              T.DateType: "DATE'1970-01-01'", T.TimestampType: "timestamp_micros(0)",
+              T.TimestampNTZType: "TIMESTAMP_NTZ'1970-01-01 00:00:00'"}
+    return simple[type(dtype)]
 
 
 def _quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def scan_sql(scan: NativeScan) -> tuple[str | None, str, str, str]:
-    """SQL of one scan's row filter (None when every file is read whole), ``_partition``, ``_offset`` and
-    ``_timestamp`` over Spark's file metadata. ``_offset`` and ``_timestamp`` are typed nullable, as the Python
-    reader types them (the row index is never negative)."""
+def scan_sql(scan: NativeScan) -> tuple[str | None, str]:
+    """SQL of one scan's row filter (None when every file is read whole) and of the struct of per-file values
+    (``p``: partition, ``b``: first offset, ``t``: commit time in microseconds), over :data:`SIZE` and
+    :data:`ROW`. One lookup gives all three values: Spark analyses one tree and evaluates it once per row."""
     partial = {f.size for f in scan.files if f.lo > 0 or f.hi < f.rows}
     keep = None
     if partial:
         keep = lookup(SIZE, [(f.size, f"({ROW} >= {f.lo}L AND {ROW} < {f.hi}L)" if f.size in partial else "true")
                              for f in scan.files])
-    base = lookup(SIZE, [(f.size, f"{f.base_offset}L") for f in scan.files])
-    stamp = lookup(SIZE, [(f.size, f"{f.runs[0][1]}L" if len(f.runs) == 1
-                           else lookup(ROW, [(first, f"{ts}L") for first, ts in f.runs])) for f in scan.files])
-    partition = lookup(SIZE, [(f.size, str(f.partition)) for f in scan.files])
-    return (keep, partition, f"CASE WHEN {ROW} >= 0 THEN {base} + {ROW} END",
-            f"CASE WHEN {SIZE} >= 0 THEN timestamp_micros({stamp}) END")
+    info = []
+    for f in scan.files:
+        ts = f"{f.runs[0][1]}L" if len(f.runs) == 1 else lookup(ROW, [(first, f"{t}L") for first, t in f.runs])
+        info.append((f.size, f"named_struct('p', {f.partition}, 'b', {f.base_offset}L, 't', {ts})"))
+    return keep, lookup(SIZE, info)
 
 
 def scan_frame(spark: SparkSession, scan: NativeScan, schema: StructType, topic_columns: Sequence[str],
                fs_options: Mapping[str, str]) -> DataFrame:
-    """One scan's rows, shaped to ``schema`` (the read schema: topic columns of every topic read, metadata)."""
-    from pyspark.sql import functions as F
+    """One scan's rows, shaped to ``schema`` (the read schema: topic columns of every topic read, metadata).
+
+    ``_offset`` and ``_timestamp`` are typed nullable, as the Python reader types them (a row index is never
+    negative)."""
     from pyspark.sql import types as T
 
     data = [f for f in schema.fields if f.name in topic_columns]
     reader = spark.read.schema(T.StructType([T.StructField(f.name, f.dataType, True) for f in data]))
     for k, v in fs_options.items():
         reader = reader.option(k, v)
-    keep, partition, offset, stamp = scan_sql(scan)
-    df = reader.parquet(*[f.url for f in scan.files])
+    if scan.glob is not None:
+        reader = reader.option("pathGlobFilter", scan.glob)
+    keep, info = scan_sql(scan)
+    # SQL text throughout: one call per step, where column objects would cost a round trip each
+    df = reader.parquet(*scan.paths).selectExpr(*[_quoted(f.name) for f in data], f"_metadata.file_size AS {SIZE}",
+                                                 f"_metadata.row_index AS {ROW}")
     if keep is not None:
-        df = df.where(F.expr(keep))
-    cols: list[Column] = []
+        df = df.where(keep)
+    df = df.selectExpr("*", f"{info} AS {INFO}")
+    cols: list[str] = []
     for field in schema.fields:
         name = field.name
         if name == "_topic":
-            col = F.lit(scan.topic)
+            col = f"'{scan.topic}'"
         elif name == "_partition":
-            col = F.expr(partition).cast("int")
+            col = f"{INFO}.p"
         elif name == "_offset":
-            col = F.expr(offset)
+            col = f"CASE WHEN {ROW} >= 0 THEN {INFO}.b + {ROW} END"
         elif name == "_timestamp":
-            col = F.expr(stamp)
+            col = f"CASE WHEN {ROW} >= 0 THEN timestamp_micros({INFO}.t) END"
         elif name not in topic_columns:
-            col = F.lit(None).cast(field.dataType)
+            col = f"CAST(NULL AS {field.dataType.simpleString()})"
         elif field.nullable:
-            col = F.col(_quoted(name))
+            col = _quoted(name)
         else:
-            col = F.coalesce(F.col(_quoted(name)), _zero(field.dataType))
-        cols.append(col.alias(name))
-    return df.select(*cols)
+            col = f"coalesce({_quoted(name)}, {_zero(field.dataType)})"
+        cols.append(f"{col} AS {_quoted(name)}")
+    return df.selectExpr(*cols)
 
 
 def _native(spark: SparkSession, opts: ReadOptions) -> DataFrame:
