@@ -100,40 +100,48 @@ class NativeScan:
     glob: str | None
 
 
-def read(spark: SparkSession, path: str, **options: Any) -> DataFrame:
+def read(spark: SparkSession, path: str, schema: StructType | str | None = None, **options: Any) -> DataFrame:
     """Read topics at one committed snapshot, as ``spark.read.format("txnlog").options(...).load(path)`` does,
     through Spark's own Parquet reader where it can (``readPath``: ``auto``, the default; ``native``; ``python``).
 
     Args:
         spark: the session (a classic or a Spark Connect session).
         path: the store root URL.
+        schema: a projection, as ``spark.read.schema(...)`` gives one to the data source (a ``StructType`` or a
+            DDL string): only these columns, in this order. Without it, every column; the metadata columns then
+            make Spark read each row's file metadata even for queries that select none of them.
         options: the batch read options of ``format("txnlog")`` (``topic``, ``startingOffsets``,
             ``endingOffsets``, ``isolationLevel``, ``s3.*``, ...) and ``readPath``; values are turned into strings.
 
     Returns:
-        A DataFrame of the topics' columns and ``_topic``, ``_partition``, ``_offset``, ``_timestamp``.
+        A DataFrame of the topics' columns and ``_topic``, ``_partition``, ``_offset``, ``_timestamp`` (or of
+        ``schema``).
 
     Raises:
         InvalidOptionError: a bad option, or ``readPath`` = ``native`` where the native path does not apply
             (the message says why).
         TopicNotFoundError: a topic does not exist.
+        SchemaMismatchError: ``schema`` names a column none of the topics has.
         CorruptLogError: a committed segment is missing or has the wrong size.
     """
     text = {str(k): ("" if v is None else str(v)) for k, v in options.items()}
     opts = parse_options({**text, "path": path}, streaming=False)
     if opts.read_path == "python":
-        return _python_reader(spark, path, text)
+        return _python_reader(spark, path, schema, text)
     try:
-        return _native(spark, opts)
+        return _native(spark, opts, schema)
     except NativeUnavailable as why:
         if opts.read_path == "native":
             raise InvalidOptionError(f"option 'readPath' = 'native' cannot read this: {why}") from None
         log.info("txnlog: reading through the Python data source: %s", why)
-        return _python_reader(spark, path, text)
+        return _python_reader(spark, path, schema, text)
 
 
-def _python_reader(spark: SparkSession, path: str, options: Mapping[str, str]) -> DataFrame:
+def _python_reader(spark: SparkSession, path: str, schema: StructType | str | None,
+                   options: Mapping[str, str]) -> DataFrame:
     reader = spark.read.format("txnlog")
+    if schema is not None:
+        reader = reader.schema(schema)
     for key, value in options.items():
         if key.lower() != "readpath":
             reader = reader.option(key, value)
@@ -344,49 +352,89 @@ def scan_sql(scan: NativeScan) -> tuple[str | None, str]:
     return keep, lookup(SIZE, info)
 
 
-def scan_frame(spark: SparkSession, scan: NativeScan, schema: StructType, topic_columns: Sequence[str],
-               fs_options: Mapping[str, str]) -> DataFrame:
-    """One scan's rows, shaped to ``schema`` (the read schema: topic columns of every topic read, metadata).
+def _nullable(sql: str) -> str:
+    """``sql`` typed nullable at no cost (the optimizer folds the condition away)."""
+    return f"if(true, {sql}, null)"
 
-    ``_offset`` and ``_timestamp`` are typed nullable, as the Python reader types them (a row index is never
-    negative)."""
+
+def scan_frame(spark: SparkSession, scan: NativeScan, schema: StructType, full: StructType,
+               topic_columns: Sequence[str], fs_options: Mapping[str, str]) -> DataFrame:
+    """One scan's rows as the columns of ``schema`` (a projection of ``full``, the read schema: the topic
+    columns of every topic read, then the metadata columns). Spark's file metadata is referred to only when a
+    projected metadata column or a partly read file needs it."""
     from pyspark.sql import types as T
 
-    data = [f for f in schema.fields if f.name in topic_columns]
+    wanted = set(schema.names)
+    data = [f for f in full.fields if f.name in topic_columns and f.name in wanted]
     reader = spark.read.schema(T.StructType([T.StructField(f.name, f.dataType, True) for f in data]))
     for k, v in fs_options.items():
         reader = reader.option(k, v)
     if scan.glob is not None:
         reader = reader.option("pathGlobFilter", scan.glob)
     keep, info = scan_sql(scan)
+    with_info = bool(wanted & {"_partition", "_offset", "_timestamp"})
+    meta = []
+    if with_info or keep is not None:
+        meta = [f"_metadata.file_size AS {SIZE}", f"_metadata.row_index AS {ROW}"]
     # SQL text throughout: one call per step, where column objects would cost a round trip each
-    df = reader.parquet(*scan.paths).selectExpr(*[_quoted(f.name) for f in data], f"_metadata.file_size AS {SIZE}",
-                                                 f"_metadata.row_index AS {ROW}")
+    df = reader.parquet(*scan.paths)
+    if data or meta:
+        df = df.selectExpr(*[_quoted(f.name) for f in data], *meta)
     if keep is not None:
         df = df.where(keep)
-    df = df.selectExpr("*", f"{info} AS {INFO}")
+    if with_info:
+        df = df.selectExpr("*", f"{info} AS {INFO}")
     cols: list[str] = []
     for field in schema.fields:
-        name = field.name
+        name, source = field.name, full[field.name]
         if name == "_topic":
             col = f"'{scan.topic}'"
         elif name == "_partition":
             col = f"{INFO}.p"
         elif name == "_offset":
-            col = f"CASE WHEN {ROW} >= 0 THEN {INFO}.b + {ROW} END"
+            col = f"{INFO}.b + {ROW}"
         elif name == "_timestamp":
-            col = f"CASE WHEN {ROW} >= 0 THEN timestamp_micros({INFO}.t) END"
+            col = f"timestamp_micros({INFO}.t)"
         elif name not in topic_columns:
             col = f"CAST(NULL AS {field.dataType.simpleString()})"
-        elif field.nullable:
+        elif source.nullable or field.nullable:
             col = _quoted(name)
         else:
             col = f"coalesce({_quoted(name)}, {_zero(field.dataType)})"
+        if field.nullable and not (source.nullable and name not in ("_offset", "_timestamp")):
+            col = _nullable(col)
         cols.append(f"{col} AS {_quoted(name)}")
     return df.selectExpr(*cols)
 
 
-def _native(spark: SparkSession, opts: ReadOptions) -> DataFrame:
+def projection(spark: SparkSession, schema: StructType | str | None, full: StructType,
+               metas: Sequence[TopicMeta]) -> StructType:
+    """The columns a read returns: ``full`` (the read schema), or the given ``schema`` checked against it.
+
+    Raises:
+        SchemaMismatchError: ``schema`` names a column none of the topics has.
+        NativeUnavailable: ``schema`` gives a column another type than its topic, or declares a nullable column
+            not nullable (the Python reader casts and checks those).
+    """
+    from pyspark.sql import types as T
+
+    from txnsource.schema import check_projection
+
+    if schema is None:
+        return full
+    given = schema if isinstance(schema, T.StructType) else spark.createDataFrame([], schema).schema
+    check_projection(given.names, metas)
+    for f in given.fields:
+        source = full[f.name]
+        if f.dataType != source.dataType:
+            raise NativeUnavailable(f"the given schema reads column {f.name!r} as {f.dataType.simpleString()}, "
+                                    f"the topic has {source.dataType.simpleString()}")
+        if source.nullable and not f.nullable:
+            raise NativeUnavailable(f"the given schema declares column {f.name!r} not nullable, the topic does not")
+    return given
+
+
+def _native(spark: SparkSession, opts: ReadOptions, schema: StructType | str | None) -> DataFrame:
     from coordinator.store import open_store
     from coordinator.topics import get_topic
     from txnsource.schema import to_spark_schema, union_schema
@@ -396,17 +444,18 @@ def _native(spark: SparkSession, opts: ReadOptions) -> DataFrame:
     try:
         metas = {t: get_topic(store, t) for t in opts.topics}
         check_types(list(metas.values()))
-        schema = to_spark_schema(union_schema(list(metas.values())))
+        full = to_spark_schema(union_schema(list(metas.values())))
+        out = projection(spark, schema, full, list(metas.values()))
         scans = plan_scans(store, opts, root)
     finally:
         store.close()
     if not scans:
-        return spark.createDataFrame([], schema)
+        return spark.createDataFrame([], out)
     fs_options = hadoop_options(opts)
     frames: list[DataFrame] = []
     for scan in scans:
         try:
-            frame = scan_frame(spark, scan, schema, metas[scan.topic].schema.names, fs_options)
+            frame = scan_frame(spark, scan, out, full, metas[scan.topic].schema.names, fs_options)
             if not frames:
                 frame.columns  # noqa: B018 - resolves the scan now: a file system Spark lacks fails here
         except Exception as exc:
@@ -416,8 +465,7 @@ def _native(spark: SparkSession, opts: ReadOptions) -> DataFrame:
                                         "hadoop-aws on Spark's classpath)") from None
             raise
         frames.append(frame)
-    out = frames[0]
+    result = frames[0]
     for frame in frames[1:]:
-        out = out.union(frame)
-    return out
-
+        result = result.union(frame)
+    return result

@@ -23,6 +23,7 @@ from coordinator import (
     MemoryStore,
     Producer,
     ProducerConfig,
+    SchemaMismatchError,
     TransactionCoordinator,
     create_topic,
     open_store,
@@ -38,19 +39,26 @@ SCHEMA, produce, rows, reader, ids = base.SCHEMA, base.produce, base.rows, base.
 orders, many_segments, with_open_and_aborted = base.orders, base.many_segments, base.with_open_and_aborted
 
 
-def native(spark: Any, lake: str, **options: Any) -> Any:
+def native(spark: Any, lake: str, schema: Any = None, **options: Any) -> Any:
     opts = {k: v if isinstance(v, str) else json.dumps(v) for k, v in options.items()}
-    return txnsource.read(spark, lake, readPath="native", **opts)
+    return txnsource.read(spark, lake, schema, readPath="native", **opts)
 
 
-def same_as_python(spark: Any, lake: str, **options: Any) -> Any:
+def same_as_python(spark: Any, lake: str, schema: Any = None, **options: Any) -> Any:
     """Read natively and through the data source; assert equal schemas and rows; return the native DataFrame."""
-    nat = native(spark, lake, **options)
+    nat = native(spark, lake, schema, **options)
     assert nat.inputFiles() or nat.isEmpty(), "not read by Spark's Parquet reader"
-    py = reader(spark, lake, **options)
+    py = reader(spark, lake, **options) if schema is None else schema_reader(spark, lake, schema, **options)
     assert nat.schema.fields == py.schema.fields
     assert_df_equality(nat, py, ignore_row_order=True)
     return nat
+
+
+def schema_reader(spark: Any, lake: str, schema: str, **options: Any) -> Any:
+    r = spark.read.format("txnlog").schema(schema)
+    for k, v in options.items():
+        r = r.option(k, v if isinstance(v, str) else json.dumps(v))
+    return r.load(lake)
 
 
 def read_columns(df: Any) -> list[str]:
@@ -156,6 +164,33 @@ def test_partition_filters_and_projections(spark: Any, orders: str) -> None:
     assert read_columns(nat.select("id")) == ["id"]
     assert read_columns(nat.select("_offset", "_timestamp")) == []
     assert read_columns(nat.where("name = 'n3'").select("_partition")) == ["name"]
+
+
+@pytest.mark.parametrize("schema", [
+    "name string, id long",
+    "id long not null, _offset long, _partition int",
+    "_timestamp timestamp, name string",
+    "_topic string",
+])
+def test_a_given_schema_is_a_projection(spark: Any, many_segments: str, schema: str) -> None:
+    ranged = {"startingOffsets": {"big": {"0": 73}}, "endingOffsets": {"big": {"0": 377}}}
+    for opts in ({}, ranged):
+        nat = same_as_python(spark, many_segments, schema, topic="big", **opts)
+        assert nat.columns == [c.split()[0] for c in schema.split(", ")]
+        plan = str(nat._jdf.queryExecution().executedPlan().toString())
+        if not opts and "_" not in schema.replace("_topic", ""):
+            assert "_metadata" not in plan and "row_index" not in plan, plan
+
+
+def test_a_given_schema_spark_cannot_read_as_is_falls_back(spark: Any, orders: str) -> None:
+    for schema, why in (("id int", "reads column 'id' as int, the topic has bigint"),
+                        ("name string not null", "declares column 'name' not nullable")):
+        with pytest.raises(InvalidOptionError, match=why):
+            native(spark, orders, schema, topic="orders")
+        assert txnsource.read(spark, orders, schema, topic="orders").inputFiles() == []
+    assert sorted(txnsource.read(spark, orders, "id int", topic="orders").collect())[:2] == [(0,), (1,)]
+    with pytest.raises(SchemaMismatchError, match="column 'nope' of the given schema is in none of the topics"):
+        native(spark, orders, "nope long", topic="orders")
 
 
 def test_the_snapshot_is_pinned_when_read_is_called(spark: Any, orders: str) -> None:
