@@ -1,12 +1,14 @@
 """Spark benchmark, side by side in one run on the same data and the same local SparkSession:
 
 1. batch write: ``df.write.format("txnlog")`` against Spark's own Parquet writer;
-2. batch read (every column materialised by the ``noop`` sink): ``spark.read.format("txnlog")`` against Spark's
-   Parquet reader;
+2. batch reads (see :mod:`bench_read`): every column into the ``noop`` sink, an aggregate over all six columns,
+   an aggregate over two of them, through the data source (``spark.read.format("txnlog")``) and the native path
+   (``txnsource.read``), against Spark's Parquet reader; and a streaming read of 1,000 records of a 1M-record
+   segment;
 3. streaming: the same Parquet file source and trigger into the txnlog sink against Spark's exactly-once file
    sink, and a txnlog -> txnlog pipeline; time per micro-batch.
 
-    python bench/bench_spark.py [--rows 10000000] [--partitions 8] [--batches 10] [--repeat 2]
+    python bench/bench_spark.py [--rows 10000000] [--partitions 8] [--batches 10] [--repeat 2] [--read-rounds 5]
 
 It prints the timings and ratios (txnlog / Spark; below 1 means txnlog was faster).
 """
@@ -23,6 +25,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from bench_read import print_reads, read_measures
+
 
 def session(cores: int) -> Any:
     from pyspark.sql import SparkSession
@@ -37,6 +41,20 @@ def session(cores: int) -> Any:
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "100000")
         .getOrCreate()
     )
+
+
+def bench_frame(spark: Any, rows: int, partitions: int) -> Any:
+    """The benchmark's data, cached: six columns (long, int, double, string, timestamp, boolean)."""
+    df = spark.range(rows, numPartitions=partitions).selectExpr(
+        "id",
+        "cast(id % 1000 as int) AS category",
+        "rand(7) * 1000 AS amount",
+        "concat('customer-', cast(id % 100000 as string)) AS customer",
+        "timestamp_seconds(1700000000 + id % 86400) AS event_time",
+        "id % 3 = 0 AS flagged",
+    ).cache()
+    df.count()
+    return df
 
 
 def best(fn: Callable[[], Any], repeat: int, reset: Callable[[], None] | None = None) -> float:
@@ -64,21 +82,14 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=8, help="Spark partitions of the data and topic partitions")
     ap.add_argument("--batches", type=int, default=10, help="micro-batches of the streaming comparison")
     ap.add_argument("--repeat", type=int, default=2, help="best of N for batch timings")
+    ap.add_argument("--read-rounds", type=int, default=5, help="rounds of the read measures (medians)")
     ap.add_argument("--cores", type=int, default=os.cpu_count() or 2)
     args = ap.parse_args()
 
     spark = session(args.cores)
     tmp = tempfile.mkdtemp(prefix="txnlog-bench-")
     try:
-        df = spark.range(args.rows, numPartitions=args.partitions).selectExpr(
-            "id",
-            "cast(id % 1000 as int) AS category",
-            "rand(7) * 1000 AS amount",
-            "concat('customer-', cast(id % 100000 as string)) AS customer",
-            "timestamp_seconds(1700000000 + id % 86400) AS event_time",
-            "id % 3 = 0 AS flagged",
-        ).cache()
-        df.count()
+        df = bench_frame(spark, args.rows, args.partitions)
         parquet, lake = f"{tmp}/parquet", f"{tmp}/lake"
 
         def rm_parquet() -> None:
@@ -91,12 +102,9 @@ def main() -> None:
         w_txn = best(lambda: df.write.format("txnlog").option("topic", "bench")
                      .option("numPartitions", str(args.partitions)).mode("append").save(lake),
                      args.repeat, rm_lake)
-        r_spark = best(lambda: spark.read.parquet(parquet).write.format("noop").mode("overwrite").save(),
-                       args.repeat)
-        r_txn = best(lambda: spark.read.format("txnlog").option("topic", "bench").load(lake)
-                     .write.format("noop").mode("overwrite").save(), args.repeat)
         n_txn = spark.read.format("txnlog").option("topic", "bench").load(lake).count()
         assert n_txn == args.rows, f"txnlog read {n_txn} rows, wrote {args.rows}"
+        reads = read_measures(spark, parquet, lake, tmp, args.read_rounds)
 
         # Streaming: the same file source (one file per micro-batch) into each sink.
         src = f"{tmp}/stream-src"
@@ -132,13 +140,13 @@ def main() -> None:
     print(f"\n{args.rows:,} rows ({mb}); {args.partitions} partitions; local[{args.cores}]; best of {args.repeat}")
     print(f"{'':<34}{'txnlog s':>10}{'Spark s':>10}{'ratio':>8}{'target':>8}")
     print(f"{'batch write (vs Parquet writer)':<34}{w_txn:>10.1f}{w_spark:>10.1f}{w_txn / w_spark:>7.2f}x{'1.3x':>8}")
-    print(f"{'batch read (vs Parquet reader)':<34}{r_txn:>10.1f}{r_spark:>10.1f}{r_txn / r_spark:>7.2f}x{'1.5x':>8}")
     print(f"\nstreaming, median ms per micro-batch ({args.rows // args.batches:,} rows each)")
     print(f"{'':<34}{'txnlog ms':>10}{'Spark ms':>10}{'ratio':>8}{'target':>8}")
     print(f"{'file source -> sink (vs file sink)':<34}{txn_ms:>10.0f}{file_ms:>10.0f}{txn_ms / file_ms:>7.2f}x"
           f"{'1.2x':>8}   ({txn_n} and {file_n} batches)")
     print(f"{'txnlog -> txnlog (vs file->file sink)':<34}{t2t_ms:>10.0f}{file_ms:>10.0f}{t2t_ms / file_ms:>7.2f}x"
           f"{'':>8}   ({t2t_n} batches)")
+    print_reads(reads, args.read_rounds)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import pyarrow as pa
 from coordinator.errors import InvalidOptionError
 from coordinator.layout import data_dir
 from coordinator.partition import PartitionLog, SegmentSlice
-from coordinator.segments import read_segment
+from coordinator.segments import decode_rows, read_rows
 from coordinator.store import Store
 
 READ_COMMITTED = "read_committed"
@@ -56,19 +56,33 @@ def _slice_timestamps(sl: SegmentSlice) -> pa.Array:
     return pa.array(micros, TIMESTAMP_TYPE)
 
 
-def _with_metadata(
-    table: pa.Table, schema: pa.Schema, topic: str, partition: int, first_offset: int | None,
+def _assemble(
+    table: pa.Table, n: int, schema: pa.Schema, path: str, topic: str, partition: int, first_offset: int | None,
     ts: pa.Array | None,
 ) -> pa.Table:
-    n = table.num_rows
-    cols = [table.column(f.name) for f in schema if f.name not in METADATA_NAMES]
-    offsets = pa.nulls(n, pa.int64()) if first_offset is None else pa.array(
-        np.arange(first_offset, first_offset + n, dtype=np.int64), pa.int64()
-    )
-    if ts is None:
-        ts = pa.nulls(n, TIMESTAMP_TYPE)
-    meta = [pa.repeat(pa.scalar(topic, pa.string()), n), pa.repeat(pa.scalar(partition, pa.int32()), n), offsets, ts]
-    return pa.Table.from_arrays(cols + meta, schema=schema)
+    """The ``n`` rows of ``table`` (decoded data columns) shaped to ``schema``: its data columns cast to the schema's
+    types, its metadata columns computed (a null ``_offset`` / ``_timestamp`` when ``first_offset`` / ``ts`` is
+    None)."""
+    from coordinator.errors import CorruptLogError
+
+    arrays: list[pa.Array | pa.ChunkedArray] = []
+    for f in schema:
+        if f.name == "_topic":
+            arrays.append(pa.repeat(pa.scalar(topic, pa.string()), n))
+        elif f.name == "_partition":
+            arrays.append(pa.repeat(pa.scalar(partition, pa.int32()), n))
+        elif f.name == "_offset":
+            arrays.append(pa.nulls(n, pa.int64()) if first_offset is None
+                          else pa.array(np.arange(first_offset, first_offset + n, dtype=np.int64)))
+        elif f.name == "_timestamp":
+            arrays.append(pa.nulls(n, TIMESTAMP_TYPE) if ts is None else ts)
+        else:
+            idx = table.schema.get_field_index(f.name)
+            if idx < 0:
+                raise CorruptLogError(f"segment {path} has no column {f.name!r}, which its topic declares")
+            col = table.column(idx)
+            arrays.append(col if col.type.equals(f.type) else col.cast(f.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def read_slices(
@@ -82,27 +96,21 @@ def read_slices(
     verify: bool = True,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the records of ``slices`` as batches of ``schema`` (a topic's :func:`output_schema`, or a projection
-    of it to ``columns``).
+    of it to ``columns``). Only the projected data columns, and only the row groups holding each slice's rows,
+    are decoded; metadata columns are computed only when projected.
 
     Raises:
-        CorruptLogError: a segment is missing, truncated or fails its checksum.
+        CorruptLogError: a segment is missing, truncated, fails its checksum, or lacks a column or rows.
     """
     out_schema = schema if columns is None else pa.schema([schema.field(c) for c in columns])
+    data_names = [f.name for f in out_schema if f.name not in METADATA_NAMES]
     for sl in slices:
         seg = sl.segment
-        table = read_segment(store, seg.path, size=seg.size if verify else None,
-                             crc32=seg.crc32 if verify else None)
-        table = table.slice(sl.skip, sl.rows)
-        full = _with_metadata(table, _full_schema(schema, table), topic, partition, sl.first_offset,
-                              _slice_timestamps(sl))
-        yield from full.select(out_schema.names).cast(out_schema).to_batches()
-
-
-def _full_schema(schema: pa.Schema, table: pa.Table) -> pa.Schema:
-    data_fields = [f for f in schema if f.name not in METADATA_NAMES]
-    if not data_fields:
-        data_fields = [f for f in table.schema]
-    return pa.schema(data_fields + list(METADATA_FIELDS))
+        table = read_rows(store, seg.path, sl.skip, sl.rows, data_names, size=seg.size if verify else None,
+                          crc32=seg.crc32 if verify else None)
+        ts = _slice_timestamps(sl) if "_timestamp" in out_schema.names else None
+        yield from _assemble(table, sl.rows, out_schema, seg.path, topic, partition, sl.first_offset,
+                             ts).to_batches()
 
 
 def read_range(
@@ -136,10 +144,11 @@ def read_staged(
     promise."""
     from coordinator.errors import CorruptLogError
 
+    data_names = [f.name for f in schema if f.name not in METADATA_NAMES]
     for path in paths:
         try:
-            table = read_segment(store, path)
-        except CorruptLogError:
+            table = decode_rows(store.get(path), path, columns=data_names)
+            shaped = _assemble(table, table.num_rows, schema, path, topic, partition, None, None)
+        except (CorruptLogError, FileNotFoundError):
             continue
-        full = _with_metadata(table, _full_schema(schema, table), topic, partition, None, None)
-        yield from full.select(schema.names).cast(schema).to_batches()
+        yield from shaped.to_batches()

@@ -1,12 +1,19 @@
 """Segment files: Parquet (default) or Arrow IPC, named uniquely, written with plain puts, invisible until a
 commit marker names them. Each reference carries the file's size and CRC-32 so readers and ``verify`` can tell a
 damaged file from a good one.
+
+Parquet segments are written in row groups of :data:`ROW_GROUP_ROWS` rows, dictionary-encoded only where a
+dictionary usually pays (string and binary columns): a reader of a few rows decodes only the row groups holding them
+(:func:`decode_rows`), and Spark's own Parquet reader reads the files at its native speed. :data:`DECODED` counts
+what this process decoded (row groups and rows), so tests and benchmarks can see how much a read touched.
 """
 
 from __future__ import annotations
 
 import io
 import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -18,17 +25,45 @@ from coordinator.records import SegmentRef
 from coordinator.store import Store
 
 FORMATS = ("parquet", "arrow")
+#: Rows per Parquet row group of a new segment: the unit a partial read decodes.
+ROW_GROUP_ROWS = 128 * 1024
+
+
+@dataclass
+class DecodeCounts:
+    """What this process decoded from segment files: Parquet row groups (or Arrow IPC record batches), the rows
+    they hold, and column chunks (row groups times columns). Counted by :func:`decode_rows`; plain statistics,
+    never used for decisions."""
+
+    row_groups: int = 0
+    rows: int = 0
+    column_chunks: int = 0
+
+    def reset(self) -> None:
+        self.row_groups = self.rows = self.column_chunks = 0
+
+
+DECODED = DecodeCounts()
+
+
+def _dictionary_columns(schema: pa.Schema) -> list[str]:
+    """Top-level columns worth dictionary encoding: strings, binaries and dictionary-typed columns. Numbers and
+    timestamps are mostly distinct values, where a dictionary costs writing and reading time and saves nothing."""
+    kinds = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary,
+             pa.types.is_dictionary)
+    return [f.name for f in schema if any(k(f.type) for k in kinds)]
 
 
 def encode_table(table: pa.Table, fmt: str = "parquet", compression: str = "snappy") -> bytes:
-    """Serialise ``table`` as a segment file.
+    """Serialise ``table`` as a segment file (Parquet: row groups of :data:`ROW_GROUP_ROWS` rows).
 
     Raises:
         InvalidOptionError: unknown format.
     """
     sink = io.BytesIO()
     if fmt == "parquet":
-        pq.write_table(table, sink, compression=compression, row_group_size=max(1, min(table.num_rows, 1 << 20)))
+        pq.write_table(table, sink, compression=compression, row_group_size=ROW_GROUP_ROWS,
+                       use_dictionary=_dictionary_columns(table.schema))
     elif fmt == "arrow":
         with pa.ipc.new_file(sink, table.schema) as w:
             w.write_table(table)
@@ -58,10 +93,46 @@ def stage_segment(
 
 
 def decode_segment(data: bytes, path: str, *, size: int | None = None, crc32: int | None = None) -> pa.Table:
-    """Decode a segment file, checking its size and checksum when they are known.
+    """Decode a whole segment file, checking its size and checksum when they are known.
 
     Raises:
         CorruptLogError: naming ``path`` when the file is truncated, damaged or undecodable.
+    """
+    return decode_rows(data, path, size=size, crc32=crc32)
+
+
+def _pick(counts: Sequence[int], skip: int, end: int) -> tuple[list[int], int]:
+    """The indices of the chunks (row groups, record batches) of ``counts`` rows each that hold rows
+    ``[skip, end)``, and the file row where the first of them starts."""
+    picked: list[int] = []
+    first = pos = 0
+    for i, n in enumerate(counts):
+        if pos < end and pos + n > skip:
+            if not picked:
+                first = pos
+            picked.append(i)
+        pos += n
+    return picked, first
+
+
+def decode_rows(
+    data: bytes,
+    path: str,
+    skip: int = 0,
+    rows: int | None = None,
+    columns: Sequence[str] | None = None,
+    *,
+    size: int | None = None,
+    crc32: int | None = None,
+) -> pa.Table:
+    """Decode rows ``[skip, skip + rows)`` of a segment file (all rows from ``skip`` when ``rows`` is None), only
+    the Parquet row groups (Arrow record batches) that hold them, and only ``columns`` (all when None; names the
+    file lacks are left out; with none left, nothing is decoded and the table has the rows but no columns). The size and
+    checksum, when known, are checked over the whole file.
+
+    Raises:
+        CorruptLogError: naming ``path`` when the file is truncated, damaged or undecodable, or holds fewer rows
+            than asked for.
     """
     if size is not None and len(data) != size:
         raise CorruptLogError(f"segment {path} is truncated or damaged: {len(data)} bytes, expected {size}")
@@ -69,20 +140,65 @@ def decode_segment(data: bytes, path: str, *, size: int | None = None, crc32: in
         raise CorruptLogError(f"segment {path} fails its checksum")
     try:
         if path.endswith(".arrow"):
-            return pa.ipc.open_file(pa.py_buffer(data)).read_all()
-        return pq.read_table(pa.py_buffer(data))
+            ipc = pa.ipc.open_file(pa.py_buffer(data))
+            counts = [ipc.get_batch(i).num_rows for i in range(ipc.num_record_batches)]
+            file_schema = ipc.schema
+        else:
+            pf = pq.ParquetFile(pa.BufferReader(data))
+            counts = [pf.metadata.row_group(i).num_rows for i in range(pf.metadata.num_row_groups)]
+            file_schema = pf.schema_arrow
+        total = sum(counts)
+        end = total if rows is None else skip + rows
+        if end > total or skip < 0:
+            raise CorruptLogError(f"segment {path} holds {total} rows, rows [{skip}, {end}) were asked for")
+        names = file_schema.names if columns is None else [c for c in columns if c in file_schema.names]
+        if not names:  # nothing to decode: the caller only needs the rows to be there
+            return pa.table({"_": pa.nulls(end - skip)}).select([])
+        picked, first = _pick(counts, skip, end)
+        if path.endswith(".arrow"):
+            batches = [ipc.get_batch(i).select(names) for i in picked]
+            table = pa.Table.from_batches(batches, schema=pa.schema([file_schema.field(n) for n in names]))
+        else:
+            table = pf.read_row_groups(picked, columns=names)
     except (pa.ArrowInvalid, OSError) as exc:
         raise CorruptLogError(f"segment {path} cannot be decoded: {exc}") from exc
+    DECODED.row_groups += len(picked)
+    DECODED.rows += sum(counts[i] for i in picked)
+    DECODED.column_chunks += len(picked) * len(names)
+    if first == skip and table.num_rows == end - skip:
+        return table
+    return table.slice(skip - first, end - skip)
+
+
+def _get(store: Store, path: str) -> bytes:
+    try:
+        return store.get(path)
+    except FileNotFoundError:
+        raise CorruptLogError(f"segment {path} named by a commit marker is missing") from None
 
 
 def read_segment(store: Store, path: str, *, size: int | None = None, crc32: int | None = None) -> pa.Table:
-    """Read and decode a segment.
+    """Read and decode a whole segment.
 
     Raises:
         CorruptLogError: the file is missing, truncated, damaged or undecodable.
     """
-    try:
-        data = store.get(path)
-    except FileNotFoundError:
-        raise CorruptLogError(f"segment {path} named by a commit marker is missing") from None
-    return decode_segment(data, path, size=size, crc32=crc32)
+    return decode_rows(_get(store, path), path, size=size, crc32=crc32)
+
+
+def read_rows(
+    store: Store,
+    path: str,
+    skip: int,
+    rows: int,
+    columns: Sequence[str] | None = None,
+    *,
+    size: int | None = None,
+    crc32: int | None = None,
+) -> pa.Table:
+    """Read a segment and decode rows ``[skip, skip + rows)`` of ``columns`` (see :func:`decode_rows`).
+
+    Raises:
+        CorruptLogError: the file is missing, truncated, damaged, undecodable or too short.
+    """
+    return decode_rows(_get(store, path), path, skip, rows, columns, size=size, crc32=crc32)

@@ -9,6 +9,9 @@ Entry points for :class:`pyspark_txnlog.DefaultSource`:
 * :func:`make_stream_reader`: the micro-batch reader (``maxRecordsPerTrigger``, ``Trigger.AvailableNow``,
   consumer-group progress).
 
+For users, :func:`read` (``txnsource.read(spark, path, topic=...)``) returns a batch DataFrame read by Spark's own
+Parquet reader where it can (:mod:`txnsource.native`), by the data source otherwise.
+
 Options are described in :mod:`txnsource.options`. This package imports :mod:`coordinator`, never ``txnsink``.
 """
 
@@ -18,6 +21,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from txnsource.batch import TxnLogBatchReader, TxnLogPushdownReader, make_batch_reader
+from txnsource.native import read
 from txnsource.options import ReadOptions, parse_options
 from txnsource.stream import TxnLogStreamReader, make_stream_reader
 
@@ -27,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ReadOptions", "TxnLogBatchReader", "TxnLogPushdownReader", "TxnLogStreamReader", "make_reader",
-    "make_stream_reader", "parse_options", "read_schema",
+    "make_stream_reader", "parse_options", "read", "read_schema",
 ]
 
 

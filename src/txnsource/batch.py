@@ -50,17 +50,20 @@ class TxnLogBatchReader(DataSourceReader):
         Raises:
             TopicNotFoundError: a topic does not exist.
             InvalidOptionError: an offset option does not fit the topics' partitions or offsets.
+            SchemaMismatchError: a user-given schema names a column none of the topics has.
         """
         from coordinator.coordinator import TransactionCoordinator
         from coordinator.store import open_store
         from coordinator.topics import get_topic
         from txnsource.offsets import batch_ranges
         from txnsource.planning import list_data, plan_partitions, staged_paths
+        from txnsource.schema import check_projection
 
         opts = self.options
         store = open_store(opts.path, opts.store)
         coord = TransactionCoordinator(store)
         metas = {t: get_topic(store, t) for t in opts.topics}
+        check_projection(self.schema.names, list(metas.values()))
         listed: dict[tuple[str, int], list[str]] = {}
         if opts.isolation == READ_UNCOMMITTED:
             # listed before the snapshot: a file committed after the listing is then still in the snapshot
@@ -99,6 +102,18 @@ class TxnLogPushdownReader(TxnLogBatchReader):
         return rest
 
 
+def refuse_native(opts: ReadOptions) -> None:
+    """Raises: InvalidOptionError when ``readPath`` is ``native``: a Spark data source cannot hand back Spark's own
+    Parquet scan, only :func:`txnsource.read` can."""
+    if opts.read_path == "native":
+        from coordinator.errors import InvalidOptionError
+
+        raise InvalidOptionError(
+            "option 'readPath' = 'native' needs txnsource.read(spark, path, topic=...), a batch read that returns "
+            "Spark's own Parquet scan; spark.read.format(\"txnlog\") and readStream use the Python reader"
+        )
+
+
 def _in_pushdown_worker() -> bool:
     if PUSHDOWN_WORKER in sys.modules:
         return True
@@ -111,8 +126,9 @@ def make_batch_reader(options: Mapping[str, str], schema: StructType) -> DataSou
     """The batch reader for Spark's ``options`` and ``schema``.
 
     Raises:
-        InvalidOptionError: a bad option (see :mod:`txnsource.options`).
+        InvalidOptionError: a bad option (see :mod:`txnsource.options`), or ``readPath`` = ``native``.
     """
     opts = parse_options(options, streaming=False)
+    refuse_native(opts)
     cls = TxnLogPushdownReader if _in_pushdown_worker() else TxnLogBatchReader
     return cls(opts, schema)

@@ -27,6 +27,10 @@ Options (keys are case-insensitive):
 ``minPartitions``
     Optional lower bound on the number of input partitions: shrinks the target size so the data splits at least
     this many ways (segment boundaries permitting).
+``readPath``
+    ``auto`` (default), ``python`` or ``native``: which reader :func:`txnsource.read` uses (see
+    :mod:`txnsource.native`). ``spark.read.format("txnlog")`` is always the Python reader: it takes ``auto`` and
+    ``python`` and refuses ``native``, which only :func:`txnsource.read` can give.
 ``s3.endpoint``, ``s3.key``, ``s3.secret``, ``s3.region``, ``s3.token``
     Store access; never persisted, hidden from ``repr``.
 
@@ -52,13 +56,14 @@ LATEST = "latest"
 JSON_EARLIEST = -2
 JSON_LATEST = -1
 DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
+READ_PATHS = ("auto", "python", "native")
 
 #: An offsets option: ``"earliest"``, ``"latest"``, or topic -> partition -> offset (-2 earliest, -1 latest).
 OffsetSpec = str | Mapping[str, Mapping[int, int]]
 
 _STORE_KEYS = StoreOptions.KEYS
 _COMMON_KEYS = frozenset({"path", "topic", "startingoffsets", "isolationlevel", "maxpartitionbytes",
-                          "minpartitions"}) | _STORE_KEYS
+                          "minpartitions", "readpath"}) | _STORE_KEYS
 _STREAM_ONLY_KEYS = frozenset({"maxrecordspertrigger", "groupid", "failondataloss"})
 _BATCH_ONLY_KEYS = frozenset({"endingoffsets"})
 _SECRET_KEYS = frozenset({"s3.key", "s3.secret", "s3.token"})
@@ -81,6 +86,7 @@ class ReadOptions:
             ahead to the log start (False), like Spark's Kafka source.
         max_partition_bytes: target bytes of one Spark input partition.
         min_partitions: lower bound on the number of input partitions, or None.
+        read_path: ``auto``, ``python`` or ``native`` (see :func:`txnsource.read`).
         store: store access options (credentials hidden from ``repr``).
     """
 
@@ -94,6 +100,7 @@ class ReadOptions:
     fail_on_data_loss: bool = True
     max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
     min_partitions: int | None = None
+    read_path: str = "auto"
     store: StoreOptions = field(default_factory=StoreOptions, repr=False)
 
 
@@ -144,8 +151,18 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None) -> Read
         max_partition_bytes=_positive_int("maxPartitionBytes", lower.get("maxpartitionbytes"))
         or DEFAULT_MAX_PARTITION_BYTES,
         min_partitions=_positive_int("minPartitions", lower.get("minpartitions")),
+        read_path=_parse_read_path(lower.get("readpath")),
         store=StoreOptions.from_options(lower),
     )
+
+
+def _parse_read_path(raw: str | None) -> str:
+    if raw is None or not raw.strip():
+        return "auto"
+    word = raw.strip().lower()
+    if word not in READ_PATHS:
+        raise InvalidOptionError(f"option 'readPath' = {raw!r} is not one of {', '.join(READ_PATHS)}")
+    return word
 
 
 def _may_be_secret(key: str) -> bool:

@@ -165,6 +165,9 @@ def staged_paths(coord: TransactionCoordinator, topic: str, partition: int, list
 def read_partition(store: Store, part: TxnInputPartition, target: pa.Schema) -> Iterator[pa.RecordBatch]:
     """The records of one input partition as batches of exactly ``target`` (the Arrow form of Spark's schema).
 
+    Only the columns ``target`` names are decoded (a user-given schema is a projection), and only the row groups
+    holding the slices' rows.
+
     Raises:
         CorruptLogError: a committed segment is missing, truncated or fails its checksum.
         SchemaMismatchError: the data cannot be shaped to ``target``.
@@ -177,11 +180,15 @@ def read_partition(store: Store, part: TxnInputPartition, target: pa.Schema) -> 
     from txnsource.schema import conform_batch
 
     schema = output_schema(pa.ipc.read_schema(pa.py_buffer(part.schema_ipc)))
+    wanted = set(target.names) | ({"_offset"} if part.offsets is not None else set())
+    columns = [n for n in schema.names if n in wanted]
     slices = [SegmentSlice(IndexedSegment(*s[:8], runs=s[10]), s[8], s[9]) for s in part.slices]
-    for batch in read_slices(store, part.topic, part.partition, slices, schema):
+    for batch in read_slices(store, part.topic, part.partition, slices, schema, columns=columns):
         if part.offsets is not None:
             batch = batch.filter(pa.array(offset_mask(batch.column("_offset").to_numpy(), part.offsets)))
         if batch.num_rows:
             yield conform_batch(batch, target)
-    for batch in read_staged(store, part.topic, part.partition, part.staged, schema):
-        yield conform_batch(batch, target)
+    if part.staged:
+        projected = pa.schema([schema.field(n) for n in columns])
+        for batch in read_staged(store, part.topic, part.partition, part.staged, projected):
+            yield conform_batch(batch, target)

@@ -102,6 +102,20 @@ def conform_batch(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=target)
 
 
+def check_projection(names: Sequence[str], metas: Sequence[TopicMeta]) -> None:
+    """Check that every column a (user-given) read schema names is a metadata column or a column of one of the
+    topics read; a user-given schema is a projection, so a misspelt name must fail rather than read as nulls.
+
+    Raises:
+        SchemaMismatchError: naming the first unknown column and the topics.
+    """
+    known = set(METADATA_NAMES).union(*(m.schema.names for m in metas))
+    for name in names:
+        if name not in known:
+            topics = ", ".join(repr(m.name) for m in metas)
+            raise SchemaMismatchError(f"column {name!r} of the given schema is in none of the topics read ({topics})")
+
+
 def is_metadata(name: str) -> bool:
     """Whether ``name`` is one of the metadata columns."""
     return name in METADATA_NAMES

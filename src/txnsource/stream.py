@@ -135,11 +135,17 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return to_json(self._latest, self.options.topics)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        """Input partitions for offsets ``[start, end)``, planned like a batch read (empty when equal)."""
+        """Input partitions for offsets ``[start, end)``, planned like a batch read (empty when equal).
+
+        Raises:
+            OffsetOutOfRangeError: ``start`` lies below a partition's log start and ``failOnDataLoss`` is true.
+            SchemaMismatchError: a user-given schema names a column none of the topics has.
+        """
         from coordinator.errors import OffsetOutOfRangeError
         from coordinator.topics import get_topic
         from txnsource.planning import plan_partitions
         from txnsource.pushdown import Pushdown
+        from txnsource.schema import check_projection
 
         topics = self.options.topics
         lo, hi = from_json(start, topics), from_json(end, topics)
@@ -158,10 +164,10 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 s = plog.start_offset
             if e > s:
                 ranges[tp] = (s, e)
-        for topic in {t for t, _ in ranges}:
-            if topic not in self._metas:
-                assert self._store is not None
-                self._metas[topic] = get_topic(self._store, topic)
+        if len(self._metas) < len(topics):
+            assert self._store is not None
+            self._metas = {t: get_topic(self._store, t) for t in topics}
+            check_projection(self.schema.names, list(self._metas.values()))
         return plan_partitions(coord, self._metas, ranges, Pushdown(),
                                target_bytes=self.options.max_partition_bytes,
                                min_partitions=self.options.min_partitions)
@@ -225,6 +231,11 @@ def make_stream_reader(options: Mapping[str, str], schema: StructType) -> TxnLog
     """The stream reader for Spark's ``options`` and ``schema``.
 
     Raises:
-        InvalidOptionError: a bad option, ``endingOffsets``, or ``isolationLevel`` = ``read_uncommitted``.
+        InvalidOptionError: a bad option, ``endingOffsets``, ``isolationLevel`` = ``read_uncommitted``, or
+            ``readPath`` = ``native`` (streams always use the Python reader).
     """
-    return TxnLogStreamReader(parse_options(options, streaming=True), schema)
+    from txnsource.batch import refuse_native
+
+    opts = parse_options(options, streaming=True)
+    refuse_native(opts)
+    return TxnLogStreamReader(opts, schema)

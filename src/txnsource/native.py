@@ -1,0 +1,471 @@
+"""The native batch read path: :func:`read` returns a DataFrame that Spark's own Parquet reader reads.
+
+A Python data source can only hand Spark Arrow batches it decoded itself; Spark's Parquet reader decodes
+vectorised in the JVM, prunes columns and row groups, and costs no Python worker. :func:`read` therefore resolves a
+committed, transaction-consistent snapshot on the driver into segment files and row ranges, and builds Parquet scans
+of them (one per topic, unless it has many files), the metadata columns computed from Spark's own file metadata:
+
+* per-file values are picked by a balanced tree of comparisons on ``_metadata.file_size``, unique among a scan's
+  files (files of equal size go to separate scans) and checked against the commit records when the scan is built;
+* ``_topic`` is a literal of the scan, ``_partition`` the file's partition (a filter on it only refers to the file
+  size, so Spark prunes files with it);
+* ``_offset`` is the file's first offset plus ``_metadata.row_index``, ``_timestamp`` the commit time of the file
+  (or, for a compacted file, of the run of rows the row index falls in);
+* rows outside a slice (a range that starts or ends inside a file) are filtered on the row index.
+
+Columns a query does not use are never read: Spark's pruning sees plain expressions. (Spark reads the row index
+of each row whenever a query could refer to ``_metadata``; it costs far less than the per-row struct that any
+reference to a metadata field makes it build.)
+
+Same rows, same schema and the same ``read_committed`` snapshot semantics as ``spark.read.format("txnlog")``, with
+one difference: the snapshot is taken when :func:`read` is called and pinned in the DataFrame (every action on it
+reads the same rows), where the data source takes a new snapshot per action. A DataFrame kept past the garbage
+collector's grace period after a compaction may find its files gone: call :func:`read` again.
+
+The native path applies when Spark's file system reaches the store (a local path; ``s3://`` through ``s3a://`` when
+``hadoop-aws`` is on Spark's classpath, credentials passed as read options, never set on the session), the read is
+``read_committed``, the segments are Parquet and the columns have plain types (numbers, booleans, strings, binary,
+dates, decimals, micro- or millisecond timestamps). ``readPath`` = ``auto`` falls back to the Python reader
+otherwise; ``native`` fails naming the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from coordinator.errors import InvalidOptionError
+from txnsource.options import ReadOptions, parse_options
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+    from coordinator.store import Store
+    from coordinator.topics import TopicMeta
+
+log = logging.getLogger(__name__)
+
+#: Files per Parquet scan at most: bounds the depth and size of the per-file lookups.
+MAX_SCAN_FILES = 256
+
+
+class NativeUnavailable(Exception):  # noqa: N818 - a reason, not an error the caller sees
+    """Why the native path cannot read this (``auto`` then uses the Python reader)."""
+
+
+@dataclass(frozen=True)
+class NativeFile:
+    """One segment file as a scan reads it.
+
+    Attributes:
+        partition: the topic partition the file belongs to.
+        url: the file as Spark's file system names it.
+        size: its size in bytes (the scan's lookup key).
+        base_offset: the offset of the file's row 0.
+        lo, hi: the file rows ``[lo, hi)`` the read takes.
+        rows: the rows the file holds.
+        runs: (first file row, commit time in microseconds) of each transaction's run of rows, in order.
+    """
+
+    partition: int
+    url: str
+    size: int
+    base_offset: int
+    lo: int
+    hi: int
+    rows: int
+    runs: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class NativeScan:
+    """One Parquet scan: files of one topic with distinct sizes.
+
+    Attributes:
+        topic: the topic the files belong to.
+        files: the files read.
+        paths: what Spark lists: the files' folders when ``glob`` is set, else the files themselves.
+        glob: a ``pathGlobFilter`` naming exactly the files in ``paths``, or None. Listing a folder costs one
+            request where a file path costs one per file.
+    """
+
+    topic: str
+    files: tuple[NativeFile, ...]
+    paths: tuple[str, ...]
+    glob: str | None
+
+
+def read(spark: SparkSession, path: str, schema: StructType | str | None = None, **options: Any) -> DataFrame:
+    """Read topics at one committed snapshot, as ``spark.read.format("txnlog").options(...).load(path)`` does,
+    through Spark's own Parquet reader where it can (``readPath``: ``auto``, the default; ``native``; ``python``).
+
+    Args:
+        spark: the session (a classic or a Spark Connect session).
+        path: the store root URL.
+        schema: a projection, as ``spark.read.schema(...)`` gives one to the data source (a ``StructType`` or a
+            DDL string): only these columns, in this order. Without it, every column; the metadata columns then
+            make Spark read each row's file metadata even for queries that select none of them.
+        options: the batch read options of ``format("txnlog")`` (``topic``, ``startingOffsets``,
+            ``endingOffsets``, ``isolationLevel``, ``s3.*``, ...) and ``readPath``; values are turned into strings.
+
+    Returns:
+        A DataFrame of the topics' columns and ``_topic``, ``_partition``, ``_offset``, ``_timestamp`` (or of
+        ``schema``).
+
+    Raises:
+        InvalidOptionError: a bad option, or ``readPath`` = ``native`` where the native path does not apply
+            (the message says why).
+        TopicNotFoundError: a topic does not exist.
+        SchemaMismatchError: ``schema`` names a column none of the topics has.
+        CorruptLogError: a committed segment is missing or has the wrong size.
+    """
+    text = {str(k): ("" if v is None else str(v)) for k, v in options.items()}
+    opts = parse_options({**text, "path": path}, streaming=False)
+    if opts.read_path == "python":
+        return _python_reader(spark, path, schema, text)
+    try:
+        return _native(spark, opts, schema)
+    except NativeUnavailable as why:
+        if opts.read_path == "native":
+            raise InvalidOptionError(f"option 'readPath' = 'native' cannot read this: {why}") from None
+        log.info("txnlog: reading through the Python data source: %s", why)
+        return _python_reader(spark, path, schema, text)
+
+
+def _python_reader(spark: SparkSession, path: str, schema: StructType | str | None,
+                   options: Mapping[str, str]) -> DataFrame:
+    reader = spark.read.format("txnlog")
+    if schema is not None:
+        reader = reader.schema(schema)
+    for key, value in options.items():
+        if key.lower() != "readpath":
+            reader = reader.option(key, value)
+    return reader.load(path)
+
+
+# -- planning (driver, plain Python) --------------------------------------------------------------------------
+
+
+def spark_root(opts: ReadOptions) -> str:
+    """The store root as Spark's file system names it.
+
+    Raises:
+        NativeUnavailable: an in-memory store.
+    """
+    import os
+
+    url = opts.path.strip()
+    if url.startswith("memory://"):
+        raise NativeUnavailable("an in-memory store is out of Spark's reach")
+    if any(c in url for c in "*?[]{}\\"):
+        raise NativeUnavailable("the store path holds characters Spark reads as a glob pattern")
+    if url.startswith(("s3://", "s3a://")):
+        return "s3a://" + url.split("://", 1)[1].rstrip("/")
+    if url.startswith("file://"):
+        url = url[len("file://"):]
+    return os.path.abspath(url)
+
+
+def hadoop_options(opts: ReadOptions) -> dict[str, str]:
+    """The ``fs.s3a.*`` read options equivalent to the ``s3.*`` options (empty for local stores). They travel with
+    the read only, never into the session's configuration."""
+    if not opts.path.strip().startswith(("s3://", "s3a://")):
+        return {}
+    s3 = opts.store
+    out: dict[str, str] = {}
+    if s3.endpoint:
+        out["fs.s3a.endpoint"] = s3.endpoint
+        out["fs.s3a.path.style.access"] = "true"
+        out["fs.s3a.connection.ssl.enabled"] = str(s3.endpoint.startswith("https")).lower()
+    if s3.region:
+        out["fs.s3a.endpoint.region"] = s3.region
+    if s3.key and s3.secret:
+        out["fs.s3a.access.key"] = s3.key
+        out["fs.s3a.secret.key"] = s3.secret
+        if s3.token:
+            out["fs.s3a.session.token"] = s3.token
+            out["fs.s3a.aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+    return out
+
+
+_PLAIN = ("is_integer", "is_floating", "is_boolean", "is_string", "is_large_string", "is_binary", "is_large_binary",
+          "is_date", "is_decimal")
+
+
+def check_types(metas: Sequence[TopicMeta]) -> None:
+    """Raises: NativeUnavailable when a column's type is not one Spark's Parquet reader reads as the Python reader
+    does, or two columns differ only in case (Spark resolves Parquet columns case-insensitively)."""
+    import pyarrow as pa
+
+    for meta in metas:
+        seen: dict[str, str] = {}
+        for f in meta.schema:
+            t = f.type
+            plain = any(getattr(pa.types, k)(t) for k in _PLAIN)
+            if pa.types.is_float16(t) or pa.types.is_unsigned_integer(t):
+                plain = False
+            if not (plain or (pa.types.is_timestamp(t) and t.unit in ("ms", "us"))):
+                raise NativeUnavailable(f"column {f.name!r} of topic {meta.name!r} is {t}")
+            if f.name.lower() in seen or f.name == "_metadata" or f.name in INTERNAL:
+                raise NativeUnavailable(f"column {f.name!r} of topic {meta.name!r} clashes with "
+                                        f"{seen.get(f.name.lower(), f.name)!r} in Spark's Parquet reader")
+            seen[f.name.lower()] = f.name
+
+
+def _file(root: str, partition: int, seg: Any, skip: int, rows: int) -> NativeFile:
+    runs = tuple((first - seg.base_offset, ts * 1000) for first, ts, _seq in seg.run_list())
+    return NativeFile(partition, f"{root}/{seg.path}", seg.size, seg.base_offset, skip, skip + rows, seg.rows, runs)
+
+
+def plan_scans(store: Store, opts: ReadOptions, root: str) -> list[NativeScan]:
+    """Take the snapshot and resolve it into scans: per topic, files of distinct sizes, at most
+    :data:`MAX_SCAN_FILES` each.
+
+    Raises:
+        NativeUnavailable: ``read_uncommitted``, or an Arrow IPC segment.
+        InvalidOptionError: an offset option does not fit the topics.
+        CorruptLogError: a committed segment is missing or its size differs from its commit record.
+    """
+    from coordinator.coordinator import TransactionCoordinator
+    from coordinator.errors import CorruptLogError
+    from coordinator.layout import data_dir
+    from coordinator.reader import READ_UNCOMMITTED
+    from txnsource.offsets import batch_ranges
+
+    if opts.isolation == READ_UNCOMMITTED:
+        raise NativeUnavailable("read_uncommitted reads staged files, which only the Python reader lists")
+    coord = TransactionCoordinator(store)
+    snap = coord.snapshot(opts.topics)
+    groups: dict[str, list[list[NativeFile]]] = {}
+    listed: dict[str, list[str]] = {}
+    for (topic, p), (start, end) in sorted(batch_ranges(opts.starting, opts.ending, snap, opts.topics).items()):
+        if end <= start:
+            continue
+        plog = coord.partition(topic, p)
+        if plog.end_offset < end:
+            plog.refresh()
+        slices = plog.slices(start, end)
+        if any(not sl.segment.path.endswith(".parquet") for sl in slices):
+            raise NativeUnavailable(f"partition {topic}/{p} holds Arrow IPC segments")
+        infos = store.list_info(data_dir(topic, p))
+        sizes = {o.path: o.size for o in infos}
+        listed[f"{root}/{data_dir(topic, p)}"] = [posixpath.basename(o.path) for o in infos]
+        scans = groups.setdefault(topic, [])
+        for sl in slices:
+            seg = sl.segment
+            if seg.path not in sizes:
+                raise CorruptLogError(f"segment {seg.path} named by a commit marker is missing")
+            if sizes[seg.path] != seg.size:
+                raise CorruptLogError(f"segment {seg.path} is truncated or damaged: {sizes[seg.path]} bytes, "
+                                      f"expected {seg.size}")
+            f = _file(root, p, seg, sl.skip, sl.rows)
+            home = next((g for g in scans if len(g) < MAX_SCAN_FILES and all(o.size != f.size for o in g)), None)
+            if home is None:
+                scans.append([f])
+            else:
+                home.append(f)
+    return [_scan(topic, g, listed) for topic in opts.topics for g in groups.get(topic, [])]
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _scan(topic: str, files: Sequence[NativeFile], listed: Mapping[str, Sequence[str]]) -> NativeScan:
+    """A scan of ``files``: their folders filtered by a glob of their names when that selects exactly them in
+    the folders' listings (``listed``), else the files one by one."""
+    folders = sorted({posixpath.dirname(f.url) for f in files})
+    wanted = {(posixpath.dirname(f.url), posixpath.basename(f.url)) for f in files}
+    names = {name for _folder, name in wanted}
+    matched = {(d, n) for d in folders for n in listed[d] if n in names}
+    if matched == wanted and all(_PLAIN_NAME.fullmatch(n) for n in names):
+        return NativeScan(topic, tuple(files), tuple(folders), "{" + ",".join(sorted(names)) + "}")
+    return NativeScan(topic, tuple(files), tuple(f.url for f in files), None)
+
+
+# -- the DataFrame --------------------------------------------------------------------------------------------
+
+
+#: The file size and row index under names of their own (a tree of comparisons on a plain column analyses
+#: faster than one on a metadata field), and the per-file values the lookup picks.
+SIZE, ROW, INFO = "__txnlog_file_size", "__txnlog_row_index", "__txnlog_file_info"
+INTERNAL = (SIZE, ROW, INFO)
+
+
+def _tree(key: str, bounds: Sequence[int], leaves: Sequence[str]) -> str:
+    """SQL for ``leaves[i]`` where ``bounds[i] <= key < bounds[i + 1]`` (``bounds`` ascending; the first and last
+    leaves also cover everything below and above): a balanced tree of comparisons, log2(n) deep."""
+    if len(leaves) == 1:
+        return leaves[0]
+    mid = len(leaves) // 2
+    return (f"CASE WHEN {key} < {bounds[mid]}L THEN {_tree(key, bounds[:mid], leaves[:mid])} "
+            f"ELSE {_tree(key, bounds[mid:], leaves[mid:])} END")
+
+
+def lookup(key: str, pairs: Sequence[tuple[int, str]]) -> str:
+    """SQL for the value paired with ``key``'s exact match among ``pairs`` (keys distinct; a key matching none
+    gets a neighbour's value), as :func:`_tree`; neighbours with the same value share a leaf."""
+    bounds: list[int] = []
+    leaves: list[str] = []
+    for k, v in sorted(pairs):
+        if not leaves or leaves[-1] != v:
+            bounds.append(k)
+            leaves.append(v)
+    return _tree(key, bounds, leaves)
+
+
+def _zero(dtype: Any) -> str:
+    """SQL of a non-null literal of ``dtype`` (to type a never-null column as not nullable). Typed literals, not
+    casts: a cast that could overflow would type the column nullable."""
+    from pyspark.sql import types as T
+
+    if isinstance(dtype, T.DecimalType):
+        return "0." + "0" * dtype.scale + "BD" if dtype.scale else "0BD"
+    simple = {T.ByteType: "0Y", T.ShortType: "0S", T.IntegerType: "0", T.LongType: "0L", T.FloatType: "0.0F",
+              T.DoubleType: "0.0D", T.StringType: "''", T.BinaryType: "X''", T.BooleanType: "false",
+              T.DateType: "DATE'1970-01-01'", T.TimestampType: "timestamp_micros(0)",
+              T.TimestampNTZType: "TIMESTAMP_NTZ'1970-01-01 00:00:00'"}
+    return simple[type(dtype)]
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def scan_sql(scan: NativeScan) -> tuple[str | None, str]:
+    """SQL of one scan's row filter (None when every file is read whole) and of the struct of per-file values
+    (``p``: partition, ``b``: first offset, ``t``: commit time in microseconds), over :data:`SIZE` and
+    :data:`ROW`. One lookup gives all three values: Spark analyses one tree and evaluates it once per row."""
+    partial = {f.size for f in scan.files if f.lo > 0 or f.hi < f.rows}
+    keep = None
+    if partial:
+        keep = lookup(SIZE, [(f.size, f"({ROW} >= {f.lo}L AND {ROW} < {f.hi}L)" if f.size in partial else "true")
+                             for f in scan.files])
+    info = []
+    for f in scan.files:
+        ts = f"{f.runs[0][1]}L" if len(f.runs) == 1 else lookup(ROW, [(first, f"{t}L") for first, t in f.runs])
+        info.append((f.size, f"named_struct('p', {f.partition}, 'b', {f.base_offset}L, 't', {ts})"))
+    return keep, lookup(SIZE, info)
+
+
+def _nullable(sql: str) -> str:
+    """``sql`` typed nullable at no cost (the optimizer folds the condition away)."""
+    return f"if(true, {sql}, null)"
+
+
+def scan_frame(spark: SparkSession, scan: NativeScan, schema: StructType, full: StructType,
+               topic_columns: Sequence[str], fs_options: Mapping[str, str]) -> DataFrame:
+    """One scan's rows as the columns of ``schema`` (a projection of ``full``, the read schema: the topic
+    columns of every topic read, then the metadata columns). Spark's file metadata is referred to only when a
+    projected metadata column or a partly read file needs it."""
+    from pyspark.sql import types as T
+
+    wanted = set(schema.names)
+    data = [f for f in full.fields if f.name in topic_columns and f.name in wanted]
+    reader = spark.read.schema(T.StructType([T.StructField(f.name, f.dataType, True) for f in data]))
+    for k, v in fs_options.items():
+        reader = reader.option(k, v)
+    if scan.glob is not None:
+        reader = reader.option("pathGlobFilter", scan.glob)
+    keep, info = scan_sql(scan)
+    with_info = bool(wanted & {"_partition", "_offset", "_timestamp"})
+    meta = []
+    if with_info or keep is not None:
+        meta = [f"_metadata.file_size AS {SIZE}", f"_metadata.row_index AS {ROW}"]
+    # SQL text throughout: one call per step, where column objects would cost a round trip each
+    df = reader.parquet(*scan.paths)
+    if data or meta:
+        df = df.selectExpr(*[_quoted(f.name) for f in data], *meta)
+    if keep is not None:
+        df = df.where(keep)
+    if with_info:
+        df = df.selectExpr("*", f"{info} AS {INFO}")
+    cols: list[str] = []
+    for field in schema.fields:
+        name, source = field.name, full[field.name]
+        if name == "_topic":
+            col = f"'{scan.topic}'"
+        elif name == "_partition":
+            col = f"{INFO}.p"
+        elif name == "_offset":
+            col = f"{INFO}.b + {ROW}"
+        elif name == "_timestamp":
+            col = f"timestamp_micros({INFO}.t)"
+        elif name not in topic_columns:
+            col = f"CAST(NULL AS {field.dataType.simpleString()})"
+        elif source.nullable or field.nullable:
+            col = _quoted(name)
+        else:
+            col = f"coalesce({_quoted(name)}, {_zero(field.dataType)})"
+        if field.nullable and not (source.nullable and name not in ("_offset", "_timestamp")):
+            col = _nullable(col)
+        cols.append(f"{col} AS {_quoted(name)}")
+    return df.selectExpr(*cols)
+
+
+def projection(spark: SparkSession, schema: StructType | str | None, full: StructType,
+               metas: Sequence[TopicMeta]) -> StructType:
+    """The columns a read returns: ``full`` (the read schema), or the given ``schema`` checked against it.
+
+    Raises:
+        SchemaMismatchError: ``schema`` names a column none of the topics has.
+        NativeUnavailable: ``schema`` gives a column another type than its topic, or declares a nullable column
+            not nullable (the Python reader casts and checks those).
+    """
+    from pyspark.sql import types as T
+
+    from txnsource.schema import check_projection
+
+    if schema is None:
+        return full
+    given = schema if isinstance(schema, T.StructType) else spark.createDataFrame([], schema).schema
+    check_projection(given.names, metas)
+    for f in given.fields:
+        source = full[f.name]
+        if f.dataType != source.dataType:
+            raise NativeUnavailable(f"the given schema reads column {f.name!r} as {f.dataType.simpleString()}, "
+                                    f"the topic has {source.dataType.simpleString()}")
+        if source.nullable and not f.nullable:
+            raise NativeUnavailable(f"the given schema declares column {f.name!r} not nullable, the topic does not")
+    return given
+
+
+def _native(spark: SparkSession, opts: ReadOptions, schema: StructType | str | None) -> DataFrame:
+    from coordinator.store import open_store
+    from coordinator.topics import get_topic
+    from txnsource.schema import to_spark_schema, union_schema
+
+    root = spark_root(opts)
+    store = open_store(opts.path, opts.store, probe=False)
+    try:
+        metas = {t: get_topic(store, t) for t in opts.topics}
+        check_types(list(metas.values()))
+        full = to_spark_schema(union_schema(list(metas.values())))
+        out = projection(spark, schema, full, list(metas.values()))
+        scans = plan_scans(store, opts, root)
+    finally:
+        store.close()
+    if not scans:
+        return spark.createDataFrame([], out)
+    fs_options = hadoop_options(opts)
+    frames: list[DataFrame] = []
+    for scan in scans:
+        try:
+            frame = scan_frame(spark, scan, out, full, metas[scan.topic].schema.names, fs_options)
+            if not frames:
+                frame.columns  # noqa: B018 - resolves the scan now: a file system Spark lacks fails here
+        except Exception as exc:
+            text = str(exc)
+            if "No FileSystem for scheme" in text or ("FileSystem" in text and "ClassNotFoundException" in text):
+                raise NativeUnavailable(f"Spark has no file system for {root.split(':', 1)[0]}:// (for s3a, put "
+                                        "hadoop-aws on Spark's classpath)") from None
+            raise
+        frames.append(frame)
+    result = frames[0]
+    for frame in frames[1:]:
+        result = result.union(frame)
+    return result

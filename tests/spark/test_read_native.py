@@ -1,0 +1,279 @@
+"""The native read path (``txnsource.read``): Spark's own Parquet reader, the same rows and schema as
+``spark.read.format("txnlog")``, and the fallbacks to the Python reader."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import re
+import uuid
+from typing import Any
+
+import pyarrow as pa
+import pytest
+import test_read as base  # tests/spark is on sys.path (rootdir-relative test modules)
+from chispa import assert_df_equality
+from pyspark.errors import AnalysisException, StreamingQueryException
+
+import txnsource
+from coordinator import (
+    CorruptLogError,
+    InvalidOptionError,
+    MemoryStore,
+    Producer,
+    ProducerConfig,
+    SchemaMismatchError,
+    TransactionCoordinator,
+    create_topic,
+    open_store,
+)
+from coordinator.layout import data_dir
+from coordinator.maintenance import compact_partition
+from txnsource.native import plan_scans, spark_root
+from txnsource.options import parse_options
+
+pytestmark = pytest.mark.spark
+
+SCHEMA, produce, rows, reader, ids = base.SCHEMA, base.produce, base.rows, base.reader, base.ids
+orders, many_segments, with_open_and_aborted = base.orders, base.many_segments, base.with_open_and_aborted
+
+
+def native(spark: Any, lake: str, schema: Any = None, **options: Any) -> Any:
+    opts = {k: v if isinstance(v, str) else json.dumps(v) for k, v in options.items()}
+    return txnsource.read(spark, lake, schema, readPath="native", **opts)
+
+
+def same_as_python(spark: Any, lake: str, schema: Any = None, **options: Any) -> Any:
+    """Read natively and through the data source; assert equal schemas and rows; return the native DataFrame."""
+    nat = native(spark, lake, schema, **options)
+    assert nat.inputFiles() or nat.isEmpty(), "not read by Spark's Parquet reader"
+    py = reader(spark, lake, **options) if schema is None else schema_reader(spark, lake, schema, **options)
+    assert nat.schema.fields == py.schema.fields
+    assert_df_equality(nat, py, ignore_row_order=True)
+    return nat
+
+
+def schema_reader(spark: Any, lake: str, schema: str, **options: Any) -> Any:
+    r = spark.read.format("txnlog").schema(schema)
+    for k, v in options.items():
+        r = r.option(k, v if isinstance(v, str) else json.dumps(v))
+    return r.load(lake)
+
+
+def read_columns(df: Any) -> list[str]:
+    """The topic columns Spark's Parquet scans of ``df`` read (from its physical plan)."""
+    plan = str(df._jdf.queryExecution().executedPlan().toString())
+    schemas = re.findall(r"ReadSchema: struct<([^>]*)>", plan)
+    assert schemas, plan
+    return sorted({f.split(":")[0] for s in schemas for f in s.split(",") if f and not f.startswith("_tmp_metadata")})
+
+
+# -- same rows, same schema ----------------------------------------------------------------------------------
+
+
+def test_committed_rows_of_every_partition_without_aborted_or_open_ones(spark: Any,
+                                                                      with_open_and_aborted: str) -> None:
+    nat = same_as_python(spark, with_open_and_aborted, topic="orders")
+    assert ids(nat) == list(range(11)) + list(range(100, 105))
+    assert sorted(r._offset for r in nat.where("_partition = 1").collect()) == list(range(6))
+
+
+@pytest.mark.parametrize(("starting", "ending"), [
+    ({"big": {"0": 73}}, {"big": {"0": 377}}),
+    ({"big": {"0": 50}}, {"big": {"0": 100}}),
+    ({"big": {"0": 599}}, None),
+    ({"big": {"0": 120}}, {"big": {"0": 120}}),
+])
+def test_offset_ranges_inside_segments(spark: Any, many_segments: str, starting: Any, ending: Any) -> None:
+    opts: dict[str, Any] = {"topic": "big", "startingOffsets": starting}
+    if ending is not None:
+        opts["endingOffsets"] = ending
+    nat = same_as_python(spark, many_segments, **opts)
+    hi = 600 if ending is None else ending["big"]["0"]
+    assert sorted(r._offset for r in nat.collect()) == list(range(starting["big"]["0"], hi))
+
+
+def test_compacted_segments_keep_each_transactions_commit_time(spark: Any, with_open_and_aborted: str) -> None:
+    lake = with_open_and_aborted
+    produce(lake, "orders", [rows(20, 2), rows(22, 2)], partition=0, tid="more")
+    before = reader(spark, lake, topic="orders").select("_offset", "_timestamp").where("_partition = 0").collect()
+    compact_partition(TransactionCoordinator(open_store(lake)), "orders", 0, target_bytes=1 << 30)
+    segs = TransactionCoordinator(open_store(lake)).partition("orders", 0).segments
+    assert len(segs) == 1 and len(segs[0].runs) == 4
+    nat = same_as_python(spark, lake, topic="orders")
+    assert sorted(nat.select("_offset", "_timestamp").where("_partition = 0").collect()) == sorted(before)
+    same_as_python(spark, lake, topic="orders", startingOffsets={"orders": {"0": 7}},
+                   endingOffsets={"orders": {"0": 13}})
+
+
+def test_several_topics_union_by_name(spark: Any, orders: str) -> None:
+    other = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("amount", pa.float64())])
+    create_topic(open_store(orders), "payments", other, partitions=1)
+    produce(orders, "payments", [[{"id": 7, "amount": 2.5}]], tid="pay")
+    nat = same_as_python(spark, orders, topic="orders,payments")
+    assert nat.where("_topic = 'payments'").select("id", "name", "amount").collect() == [(7, None, 2.5)]
+
+
+def test_column_types_and_nullability(spark: Any, lake: str) -> None:
+    schema = pa.schema([
+        pa.field("i8", pa.int8(), nullable=False), pa.field("i16", pa.int16()), pa.field("i", pa.int32()),
+        pa.field("l", pa.int64(), nullable=False), pa.field("f", pa.float32()), pa.field("d", pa.float64()),
+        pa.field("b", pa.bool_(), nullable=False), pa.field("s", pa.string(), nullable=False),
+        pa.field("ls", pa.large_string()), pa.field("bin", pa.binary(), nullable=False),
+        pa.field("day", pa.date32()), pa.field("dec", pa.decimal128(10, 2), nullable=False),
+        pa.field("big_dec", pa.decimal128(30, 5)), pa.field("ts", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("ts_ms", pa.timestamp("ms", tz="UTC")), pa.field("ntz", pa.timestamp("us")),
+        pa.field("odd name", pa.int64()),
+    ])
+    create_topic(open_store(lake), "typed", schema, partitions=1)
+    when = dt.datetime(2024, 5, 1, 12, 30, 15, 123456, tzinfo=dt.UTC)
+    full = {"i8": -3, "i16": 300, "i": 7, "l": 1 << 40, "f": 1.5, "d": 2.25, "b": True, "s": "x", "ls": "long",
+            "bin": b"\x00\x01", "day": dt.date(2024, 1, 2), "dec": decimal.Decimal("12.34"),
+            "big_dec": decimal.Decimal("123456789012345678901.12345"), "ts": when, "ts_ms": when.replace(microsecond=0),
+            "ntz": dt.datetime(2024, 1, 2, 3, 4, 5), "odd name": 9}
+    sparse = {**{k: None for k in full}, "i8": 0, "l": 0, "b": False, "s": "", "bin": b"", "dec": decimal.Decimal(0),
+              "ts": when}
+    produce(lake, "typed", [[full, sparse]])
+    nat = same_as_python(spark, lake, topic="typed")
+    assert [f.nullable for f in nat.schema.fields][:4] == [False, True, True, False]
+
+
+def test_files_of_equal_size_go_to_separate_scans(spark: Any, lake: str) -> None:
+    create_topic(open_store(lake), "twins", SCHEMA, partitions=1)
+    produce(lake, "twins", [rows(10, 5), rows(20, 5), rows(30, 5)])
+    sizes = [s.size for s in TransactionCoordinator(open_store(lake)).partition("twins", 0).segments]
+    assert len(set(sizes)) == 1
+    opts = parse_options({"path": lake, "topic": "twins"}, streaming=False)
+    assert len(plan_scans(open_store(lake), opts, spark_root(opts))) == 3
+    nat = same_as_python(spark, lake, topic="twins")
+    assert sorted((r.id, r._offset) for r in nat.collect()) == [(i, (i // 10 - 1) * 5 + i % 10)
+                                                                  for i in (*range(10, 15), *range(20, 25),
+                                                                            *range(30, 35))]
+
+
+def test_an_empty_read_has_the_read_schema(spark: Any, orders: str) -> None:
+    nat = same_as_python(spark, orders, topic="orders", startingOffsets="latest")
+    assert nat.count() == 0
+
+
+def test_partition_filters_and_projections(spark: Any, orders: str) -> None:
+    nat = native(spark, orders, topic="orders")
+    assert ids(nat.where("_partition = 1")) == list(range(100, 105))
+    assert ids(nat.where("_offset >= 8 or _partition = 1")) == [8, 9, *range(100, 105)]
+    assert read_columns(nat.select("id")) == ["id"]
+    assert read_columns(nat.select("_offset", "_timestamp")) == []
+    assert read_columns(nat.where("name = 'n3'").select("_partition")) == ["name"]
+
+
+@pytest.mark.parametrize("schema", [
+    "name string, id long",
+    "id long not null, _offset long, _partition int",
+    "_timestamp timestamp, name string",
+    "_topic string",
+])
+def test_a_given_schema_is_a_projection(spark: Any, many_segments: str, schema: str) -> None:
+    ranged = {"startingOffsets": {"big": {"0": 73}}, "endingOffsets": {"big": {"0": 377}}}
+    for opts in ({}, ranged):
+        nat = same_as_python(spark, many_segments, schema, topic="big", **opts)
+        assert nat.columns == [c.split()[0] for c in schema.split(", ")]
+        plan = str(nat._jdf.queryExecution().executedPlan().toString())
+        if not opts and "_" not in schema.replace("_topic", ""):
+            assert "_metadata" not in plan and "row_index" not in plan, plan
+
+
+def test_a_given_schema_spark_cannot_read_as_is_falls_back(spark: Any, orders: str) -> None:
+    for schema, why in (("id int", "reads column 'id' as int, the topic has bigint"),
+                        ("name string not null", "declares column 'name' not nullable")):
+        with pytest.raises(InvalidOptionError, match=why):
+            native(spark, orders, schema, topic="orders")
+        assert txnsource.read(spark, orders, schema, topic="orders").inputFiles() == []
+    assert sorted(txnsource.read(spark, orders, "id int", topic="orders").collect())[:2] == [(0,), (1,)]
+    with pytest.raises(SchemaMismatchError, match="column 'nope' of the given schema is in none of the topics"):
+        native(spark, orders, "nope long", topic="orders")
+
+
+def test_the_snapshot_is_pinned_when_read_is_called(spark: Any, orders: str) -> None:
+    nat = native(spark, orders, topic="orders")
+    produce(orders, "orders", [rows(10, 3)], partition=0, tid="later")
+    assert nat.count() == 15
+    assert native(spark, orders, topic="orders").count() == 18
+
+
+# -- fallbacks and errors ------------------------------------------------------------------------------------
+
+
+def test_auto_falls_back_to_the_python_reader_where_native_does_not_apply(spark: Any,
+                                                                          with_open_and_aborted: str) -> None:
+    lake = with_open_and_aborted
+    auto = txnsource.read(spark, lake, topic="orders", isolationLevel="read_uncommitted")
+    assert auto.inputFiles() == [] and ids(auto) == sorted(list(range(11)) + list(range(100, 105))
+                                                           + [500, 501, 502, 600, 601])
+    with pytest.raises(InvalidOptionError, match="'readPath' = 'native' cannot read this: read_uncommitted"):
+        native(spark, lake, topic="orders", isolationLevel="read_uncommitted")
+    assert txnsource.read(spark, lake, topic="orders").inputFiles() != []
+    python = txnsource.read(spark, lake, topic="orders", readPath="python")
+    assert python.inputFiles() == [] and python.count() == 16
+
+
+def test_in_memory_store_arrow_segments_and_nanosecond_timestamps_use_the_python_reader(spark: Any,
+                                                                                      lake: str) -> None:
+    url = f"memory://native-{uuid.uuid4().hex}"
+    try:
+        create_topic(open_store(url), "orders", SCHEMA, partitions=1)
+        produce(url, "orders", [rows(0, 3)])
+        with pytest.raises(InvalidOptionError, match="in-memory store is out of Spark's reach"):
+            native(spark, url, topic="orders")
+    finally:
+        MemoryStore.drop(url)
+    create_topic(open_store(lake), "ipc", SCHEMA, partitions=1)
+    producer = Producer(lake, "ipc", config=ProducerConfig(segment_format="arrow"))
+    producer.init_transactions()
+    with producer.transaction():
+        producer.send("ipc", rows(0, 4), partition=0)
+    with pytest.raises(InvalidOptionError, match="ipc/0 holds Arrow IPC segments"):
+        native(spark, lake, topic="ipc")
+    assert ids(txnsource.read(spark, lake, topic="ipc")) == [0, 1, 2, 3]
+    create_topic(open_store(lake), "nanos", pa.schema([pa.field("t", pa.timestamp("ns"))]), partitions=1)
+    produce(lake, "nanos", [[{"t": dt.datetime(2024, 1, 1)}]], tid="nanos")
+    with pytest.raises(InvalidOptionError, match=r"column 't' of topic 'nanos' is timestamp\[ns\]"):
+        native(spark, lake, topic="nanos")
+    assert txnsource.read(spark, lake, topic="nanos").count() == 1
+
+
+@pytest.mark.s3
+def test_s3_without_hadoop_aws_falls_back_and_native_says_why(spark: Any, s3_lake: Any) -> None:
+    url, options = s3_lake.url, dict(s3_lake.options)
+    create_topic(open_store(url, options), "orders", SCHEMA, partitions=1)
+    produce(url, "orders", [rows(0, 4)], options=options)
+    auto = txnsource.read(spark, url, topic="orders", **options)
+    assert ids(auto) == [0, 1, 2, 3] and auto.inputFiles() == []
+    with pytest.raises(InvalidOptionError, match=r"no file system for s3a:// \(for s3a, put hadoop-aws") as err:
+        native(spark, url, topic="orders", **options)
+    assert options["s3.secret"] not in str(err.value)
+
+
+def test_damaged_or_missing_segments_fail_naming_the_file(spark: Any, many_segments: str) -> None:
+    store = open_store(many_segments)
+    names = store.list(data_dir("big", 0))
+    store.put(f"{data_dir('big', 0)}/{names[3]}", b"garbage")
+    with pytest.raises(CorruptLogError, match=f"segment {data_dir('big', 0)}/{names[3]} is truncated or damaged"):
+        native(spark, many_segments, topic="big")
+    assert native(spark, many_segments, topic="big", startingOffsets={"big": {"0": 200}}).count() == 400
+    store.delete(f"{data_dir('big', 0)}/{names[5]}")
+    with pytest.raises(CorruptLogError, match=f"{names[5]} named by a commit marker is missing"):
+        native(spark, many_segments, topic="big", startingOffsets={"big": {"0": 200}})
+
+
+def test_read_path_option(spark: Any, orders: str) -> None:
+    for ok in ("auto", "python", "PYTHON"):
+        assert reader(spark, orders, topic="orders", readPath=ok).count() == 15
+    with pytest.raises(AnalysisException, match=r"'readPath' = 'native' needs txnsource.read"):
+        reader(spark, orders, topic="orders", readPath="native").collect()
+    with pytest.raises(AnalysisException, match=r"'readPath' = 'fast' is not one of auto, python, native"):
+        reader(spark, orders, topic="orders", readPath="fast").collect()
+    with pytest.raises(InvalidOptionError, match=r"'readPath' = 'fast'"):
+        txnsource.read(spark, orders, topic="orders", readPath="fast")
+    with pytest.raises(StreamingQueryException, match=r"'readPath' = 'native' needs txnsource.read"):
+        spark.readStream.format("txnlog").option("topic", "orders").option("readPath", "native").load(orders) \
+            .writeStream.format("noop").start().awaitTermination(60)
