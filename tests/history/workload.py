@@ -542,6 +542,9 @@ class Worker:
                 # A transaction still open in the zombie: finish it with more sends, then try to commit.
                 op = z.open_op
                 op.zombie = True
+                if op.error:  # how the process died; what follows is the zombie's own outcome
+                    op.followups.append(f"the process died -> {op.error}; the zombie goes on")
+                    op.error = None
             else:
                 op = self._new_txn(z.tid, z.gen, zombie=True)
             try:
@@ -1138,7 +1141,8 @@ class HistoryParams:
                 f"error_rate={self.error_rate} lost_reply_rate={self.lost_reply_rate} race_rate={self.race_rate} "
                 f"read_only={self.read_only_rate} maintenance={self.maintenance} damage={self.damage} "
                 f"sinks={self.sinks} streams={self.streams} ckpt={self.checkpoint_interval} "
-                f"segment={self.segment_format}/{self.segment_bytes}" + (f" avoided={sorted(self.avoid)}" if self.avoid else ""))
+                f"segment={self.segment_format}/{self.segment_bytes}"
+                + (f" avoided={sorted(self.avoid)}" if self.avoid else ""))
 
 
 def params_for(seed: int, url: str, options: dict[str, str] | None = None, *, fault_rate: float = 0.03,
