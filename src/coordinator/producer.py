@@ -298,13 +298,15 @@ class Producer:
         except ProducerFencedError:
             self._fenced = True
             raise
-        except CommitStateUnknownError:
-            self._txn, self._opened, self._staged, self._unresolved = txn, opened, staged, True
-            raise
         except InvalidTxnStateError as exc:
             if isinstance(exc, AlreadyCommittedError):
                 self._advance_seqs(staged)  # its segments were published: the next ones follow them
             self._n += 1
+            raise
+        except BaseException:
+            # Outcome unknown (CommitStateUnknownError, or interrupted): the transaction stays this producer's,
+            # unresolved, so its number is never used again for other rows.
+            self._txn, self._opened, self._staged, self._unresolved = txn, opened, staged, True
             raise
         if opened:
             self.coordinator.close_transaction(txn)
@@ -376,6 +378,13 @@ class Producer:
                 f"producer for {self.transactional_id!r} epoch {self.identity.epoch} was fenced; create a new one"
             )
         if self._unresolved and not resolving:
+            try:
+                self.coordinator.check_current(self.identity)  # a zombie is told it is fenced, first
+            except ProducerFencedError:
+                self._fenced = True
+                raise
+            except TxnLogError:
+                pass  # the state error below says what to do either way
             raise InvalidTxnStateError(
                 f"the outcome of committing {self._txn} is unknown: call commit_transaction() again to learn it "
                 "(or retry), or abort_transaction()"
