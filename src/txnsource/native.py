@@ -235,15 +235,15 @@ def plan_scans(store: Store, opts: ReadOptions, root: str) -> list[NativeScan]:
     from coordinator.errors import CorruptLogError
     from coordinator.layout import data_dir
     from coordinator.reader import READ_UNCOMMITTED
-    from txnsource.offsets import batch_ranges
+    from txnsource.offsets import batch_ranges, take_snapshot
 
     if opts.isolation == READ_UNCOMMITTED:
         raise NativeUnavailable("read_uncommitted reads staged files, which only the Python reader lists")
     coord = TransactionCoordinator(store)
-    snap = coord.snapshot(opts.topics)
+    snap = take_snapshot(coord, opts)
     groups: dict[str, list[list[NativeFile]]] = {}
     listed: dict[str, list[str]] = {}
-    for (topic, p), (start, end) in sorted(batch_ranges(opts.starting, opts.ending, snap, opts.topics).items()):
+    for (topic, p), (start, end) in sorted(batch_ranges(opts, snap, coord).items()):
         if end <= start:
             continue
         plog = coord.partition(topic, p)
@@ -436,12 +436,14 @@ def projection(spark: SparkSession, schema: StructType | str | None, full: Struc
 
 def _native(spark: SparkSession, opts: ReadOptions, schema: StructType | str | None) -> DataFrame:
     from coordinator.store import open_store
-    from coordinator.topics import get_topic
+    from coordinator.topics import get_topic, list_topics
+    from txnsource.options import with_topics
     from txnsource.schema import to_spark_schema, union_schema
 
     root = spark_root(opts)
     store = open_store(opts.path, opts.store, probe=False)
     try:
+        opts = with_topics(opts, list_topics(store)) if opts.pattern is not None else opts
         metas = {t: get_topic(store, t) for t in opts.topics}
         check_types(list(metas.values()))
         full = to_spark_schema(union_schema(list(metas.values())))
