@@ -116,7 +116,7 @@ def plan_partitions(
             wanted = intersect(wanted, by_time)
         specs = [_spec(sl) for sl in slices if _touches(_spec(sl), wanted)]
         if max_rows is not None:
-            specs = [piece for spec in specs for piece in _split(spec, max_rows)]
+            specs = _split(specs, max_rows)
         if specs:
             plans[(topic, p)] = specs
             allowed[(topic, p)] = wanted
@@ -146,12 +146,18 @@ def plan_partitions(
     return out
 
 
-def _split(spec: SliceSpec, max_rows: int) -> list[SliceSpec]:
-    """``spec`` cut into consecutive slices of at most ``max_rows`` rows."""
-    skip, n = spec[8], spec[9]
-    if n <= max_rows:
-        return [spec]
-    return [(*spec[:8], skip + k, min(max_rows, n - k), spec[10]) for k in range(0, n, max_rows)]
+def _split(specs: Sequence[SliceSpec], max_rows: int) -> list[SliceSpec]:
+    """``specs`` cut at every ``max_rows``-th row of the partition's range (a segment may be cut several times), so
+    groups of at most ``max_rows`` rows fill up across segment boundaries."""
+    out: list[SliceSpec] = []
+    acc = 0
+    for spec in specs:
+        skip, n = spec[8], spec[9]
+        while n > 0:
+            take = min(max_rows - acc % max_rows, n)
+            out.append((*spec[:8], skip, take, spec[10]))
+            skip, n, acc = skip + take, n - take, acc + take
+    return out
 
 
 def _touches(spec: SliceSpec, ivs: Intervals) -> bool:
