@@ -227,7 +227,7 @@ def plan_scans(store: Store, opts: ReadOptions, root: str) -> list[NativeScan]:
     :data:`MAX_SCAN_FILES` each.
 
     Raises:
-        NativeUnavailable: ``read_uncommitted``, or an Arrow IPC segment.
+        NativeUnavailable: ``read_uncommitted``, ``maxRecordsPerPartition``, or an Arrow IPC segment.
         InvalidOptionError: an offset option does not fit the topics.
         CorruptLogError: a committed segment is missing or its size differs from its commit record.
     """
@@ -239,6 +239,9 @@ def plan_scans(store: Store, opts: ReadOptions, root: str) -> list[NativeScan]:
 
     if opts.isolation == READ_UNCOMMITTED:
         raise NativeUnavailable("read_uncommitted reads staged files, which only the Python reader lists")
+    if opts.max_records_per_partition is not None:
+        raise NativeUnavailable("maxRecordsPerPartition splits tasks by record count, which only the Python reader "
+                                "does (Spark's Parquet scan splits by bytes)")
     coord = TransactionCoordinator(store)
     snap = take_snapshot(coord, opts)
     groups: dict[str, list[list[NativeFile]]] = {}

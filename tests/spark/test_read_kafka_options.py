@@ -178,3 +178,15 @@ def test_max_records_per_partition_splits_big_partitions_into_more_tasks(spark: 
     assert all(len(s) <= 3 for s in spans)
     assert [o for s in spans for o in s] == sorted([(0, o) for o in range(10)] + [(1, o) for o in range(5)])
     assert ids(df) == list(range(10)) + list(range(100, 105))
+
+
+def test_txnsource_read_takes_the_new_options_through_the_python_reader(spark: Any, orders: str) -> None:
+    import txnsource
+
+    df = txnsource.read(spark, orders, topic="orders", maxRecordsPerPartition=3)
+    assert df.rdd.getNumPartitions() == 6
+    assert ids(df) == list(range(10)) + list(range(100, 105))
+    pattern = txnsource.read(spark, orders, subscribePattern="ord.*", startingOffsets='{"orders": {"0": 8}}')
+    assert ids(pattern) == [8, 9, *range(100, 105)]
+    with pytest.raises(ValueError, match=r"'readPath' = 'native' cannot read this: maxRecordsPerPartition"):
+        txnsource.read(spark, orders, topic="orders", maxRecordsPerPartition=3, readPath="native")
