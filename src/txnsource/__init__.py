@@ -6,8 +6,8 @@ Entry points for :class:`pyspark_txnlog.DefaultSource`:
   ``_partition``, ``_offset``, ``_timestamp``);
 * :func:`make_reader`: the batch reader (one transaction-consistent snapshot per read, segment-range planning,
   filter pushdown on the metadata columns);
-* :func:`make_stream_reader`: the micro-batch reader (``maxRecordsPerTrigger``, ``Trigger.AvailableNow``,
-  consumer-group progress).
+* :func:`make_stream_reader`: the micro-batch reader (admission control as Spark's Kafka source,
+  ``Trigger.AvailableNow``, consumer-group progress, ``latestOffset`` in progress reports).
 
 For users, :func:`read` (``txnsource.read(spark, path, topic=...)``) returns a batch DataFrame read by Spark's own
 Parquet reader where it can (:mod:`txnsource.native`), by the data source otherwise.

@@ -65,6 +65,10 @@ Other options:
 ``s3.endpoint``, ``s3.key``, ``s3.secret``, ``s3.region``, ``s3.token``, ...
     Store access; never persisted, hidden from ``repr``.
 
+Record timestamps: ``_timestamp`` is the commit time of the record's transaction (Kafka's ``LogAppendTime``; all
+records of one transaction share it). Records carry no producer time and no Kafka-style headers of their own; a
+``map<string,binary>`` column named ``headers`` is an ordinary topic column, written and read end to end.
+
 Batch reads refuse the stream-only options (they say so), streams refuse the batch-only ones; any other key is
 refused, so a misspelt option never passes silently.
 """

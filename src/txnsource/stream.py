@@ -1,11 +1,23 @@
 """The streaming reader: ``spark.readStream.format("txnlog")``.
 
 Offsets are ``{topic: {partition: next_offset}}`` (string partition keys). Each ``latestOffset`` call takes a
-transaction-consistent snapshot of the topics and, within the read limit, moves every partition towards the
-snapshot's end; with ``maxRecordsPerTrigger`` the rows are shared among partitions in proportion to their backlog
-(Spark's Kafka source does the same), so a micro-batch may then end inside a transaction. Partitions added to a
-topic later (``coordinator.add_partitions``) are read from their start as soon as they hold data. The topic list
-is fixed by the ``topic`` option.
+transaction-consistent snapshot of the topics and, within the admission limits (:mod:`txnsource.admission`:
+``maxRecordsPerTrigger`` / ``maxOffsetsPerTrigger``, ``maxBytesPerTrigger``, ``minOffsetsPerTrigger`` with
+``maxTriggerDelay``), moves every partition towards the snapshot's end; a row limit is shared among partitions in
+proportion to their backlog (Spark's Kafka source does the same), so a micro-batch may then end inside a
+transaction. pyspark 4.2 and 4.3 pass one ``ReadLimit`` (no composite): :meth:`TxnLogStreamReader.getDefaultReadLimit`
+returns the main one and every option given is applied unless Spark passes ``ReadAllAvailable``. Partitions added to
+a topic later (``coordinator.add_partitions``) are read from their start as soon as they hold data (not with
+``assign``). The topics are fixed when the query starts (``topic``, ``assign``, or ``subscribePattern`` listed
+then).
+
+Lag: neither pyspark 4.2 nor 4.3 lets a Python stream reader report custom metrics, so the reader implements
+``reportLatestOffset``: each progress report's source shows ``latestOffset`` (the topics' committed end at the last
+snapshot) next to ``endOffset``; their difference per partition is the records the query is behind.
+
+An offset beyond a partition's log end (the topic was re-created, or the checkpoint belongs to another store) fails
+the query naming topic, partition and offsets, or with ``failOnDataLoss=false`` restarts that partition at its log
+start; an offset below the log start (retention) fails likewise or skips ahead.
 
 A micro-batch's offsets are absolute and its partitions are planned from them alone, so a replayed batch reads the
 same rows. With ``groupId``, every finished micro-batch records its end as the group's committed offsets

@@ -205,3 +205,22 @@ def test_bytes_grant_shares_the_budget_and_keeps_progress() -> None:
     # 1800 bytes wanted, 900 allowed: each partition gets half its bytes
     assert bytes_grant(grant, sizes, 900) == {("t", 0): 4, ("t", 1): 1}
     assert bytes_grant(grant, sizes, 1) == {("t", 0): 1, ("t", 1): 0}
+
+
+def test_a_headers_map_column_is_carried_end_to_end(spark: Any, lake: str, tmp_path: Path) -> None:
+    # records carry no Kafka-style headers of their own: a map<string,binary> column named "headers" is an ordinary
+    # topic column, written by the Spark writer and returned by batch and stream reads
+    data = spark.createDataFrame([(1, {"trace": b"t-1", "tenant": b"a"}), (2, None), (3, {})],
+                                 "id long, headers map<string,binary>")
+    data.write.format("txnlog").option("topic", "events").mode("append").save(lake)
+    batch = spark.read.format("txnlog").option("topic", "events").load(lake)
+    assert batch.schema["headers"].dataType.simpleString() == "map<string,binary>"
+    got = {r.id: r.headers for r in batch.select("id", "headers").collect()}
+    assert got == {1: {"trace": b"t-1", "tenant": b"a"}, 2: None, 3: {}}
+    seen: list[tuple[int, Any]] = []
+    query = (spark.readStream.format("txnlog").option("topic", "events").option("startingOffsets", "earliest")
+             .load(lake).writeStream.option("checkpointLocation", str(tmp_path / "ck"))
+             .foreachBatch(lambda df, _id: seen.extend((r.id, r.headers) for r in df.collect()))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(180)
+    assert sorted(seen, key=lambda r: r[0]) == [(1, {"trace": b"t-1", "tenant": b"a"}), (2, None), (3, {})]
