@@ -54,10 +54,15 @@ def take_snapshot(coord: TransactionCoordinator, opts: ReadOptions) -> Snapshot:
 
 
 def _check_complete(key: str, spec: Mapping[str, Mapping[int, int]], snap: Snapshot, opts: ReadOptions) -> None:
-    """With ``assign``, a JSON map naming a topic must name every assigned partition of it."""
+    """With ``assign``, a JSON map naming a topic must name every assigned partition of it, and no other."""
     if opts.assign is None:
         return
     for topic, given in spec.items():
+        extra = sorted(p for p in given if p not in opts.assign.get(topic, ()))
+        if extra:
+            raise InvalidOptionError(
+                f"option {key!r} = {_spec_text(spec)!r} names partition {extra[0]} of topic {topic!r}, which "
+                f"{opts.subscription} does not read")
         left_out = [p for p in sorted(snap.ends.get(topic, {})) if p not in given]
         if left_out:
             raise InvalidOptionError(

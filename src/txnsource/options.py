@@ -75,6 +75,7 @@ refused, so a misspelt option never passes silently.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -186,7 +187,7 @@ class ReadOptions:
         if self.pattern is not None:
             return f"option 'subscribePattern' = {self.pattern!r}"
         if self.assign is not None:
-            return f"option 'assign' = {dict(self.assign)!r}"
+            return f"option 'assign' = {json.dumps({t: list(ps) for t, ps in self.assign.items()})!r}"
         return f"option 'topic' = {','.join(self.topics)!r}"
 
 

@@ -67,9 +67,14 @@ def test_assign_reads_only_the_named_partitions(spark: Any, orders: str) -> None
     ranged = reader(spark, orders, assign={"orders": [0]}, startingOffsets={"orders": {"0": 3}},
                     endingOffsets={"orders": {"0": 6}})
     assert ids(ranged) == [3, 4, 5]
-    with pytest.raises(AnalysisException, match=r"option 'assign' = \{'orders': \(0, 5\)\} names partition 5 of "
+    with pytest.raises(AnalysisException, match=r"option 'assign' = '\{\"orders\": \[0, 5\]\}' names partition 5 of "
                                                 r"topic 'orders', which has 2 partitions"):
         reader(spark, orders, assign={"orders": [0, 5]}).collect()
+    with pytest.raises(AnalysisException, match=r"'startingOffsetsByTimestamp' = .* names partition 1 of topic "
+                                                r"'orders', which option 'assign' = '\{\"orders\": \[0\]\}' does not "
+                                                r"read"):
+        reader(spark, orders, assign={"orders": [0]},
+               startingOffsetsByTimestamp={"orders": {"0": 0, "1": 0}}).collect()
 
 
 @pytest.mark.parametrize(("options", "message"), [
@@ -190,3 +195,24 @@ def test_txnsource_read_takes_the_new_options_through_the_python_reader(spark: A
     assert ids(pattern) == [8, 9, *range(100, 105)]
     with pytest.raises(ValueError, match=r"'readPath' = 'native' cannot read this: maxRecordsPerPartition"):
         txnsource.read(spark, orders, topic="orders", maxRecordsPerPartition=3, readPath="native")
+
+
+@pytest.mark.s3
+def test_pattern_assign_and_timestamps_on_s3(spark: Any, s3_lake: Any) -> None:
+    # topic listing (subscribePattern) and the commit-time index (timestamps) go through the S3 backend's listing
+    url, options = s3_lake.url, dict(s3_lake.options)
+    store = open_store(url, options)
+    create_topic(store, "orders", SCHEMA, partitions=2)
+    create_topic(store, "orders_eu", SCHEMA, partitions=1)
+    create_topic(store, "payments", SCHEMA, partitions=1)
+    produce(url, "orders", [rows(0, 3)], partition=0, options=options, tid="a")
+    time.sleep(0.02)
+    produce(url, "orders", [rows(3, 3)], partition=0, options=options, tid="b")
+    produce(url, "orders", [rows(100, 2)], partition=1, options=options, tid="c")
+    produce(url, "orders_eu", [rows(200, 2)], partition=0, options=options, tid="d")
+    produce(url, "payments", [rows(300, 2)], partition=0, options=options, tid="e")
+    plog = TransactionCoordinator(open_store(url, options)).partition("orders", 0)
+    plog.refresh()
+    second = plog.segments[1].ts
+    assert ids(reader(spark, url, subscribePattern="orders.*", **options)) == [*range(6), 100, 101, 200, 201]
+    assert ids(reader(spark, url, assign={"orders": [0]}, startingTimestamp=str(second), **options)) == [3, 4, 5]
