@@ -224,3 +224,22 @@ def test_a_headers_map_column_is_carried_end_to_end(spark: Any, lake: str, tmp_p
              .trigger(availableNow=True).start())
     assert query.awaitTermination(180)
     assert sorted(seen, key=lambda r: r[0]) == [(1, {"trace": b"t-1", "tenant": b"a"}), (2, None), (3, {})]
+
+
+@pytest.mark.parametrize(("raw", "ms"), [("15m", 900_000), ("30s", 30_000), ("500ms", 500), ("2h", 7_200_000),
+                                         ("250", 250), (None, 900_000)])
+def test_max_trigger_delay_durations(raw: str | None, ms: int) -> None:
+    from txnsource.options import parse_options
+
+    options = {"path": "/x", "topic": "t", "minOffsetsPerTrigger": "1"}
+    if raw is not None:
+        options["maxTriggerDelay"] = raw
+    assert parse_options(options, streaming=True).max_trigger_delay_ms == ms
+
+
+def test_a_bad_max_trigger_delay_is_refused() -> None:
+    from coordinator.errors import InvalidOptionError
+    from txnsource.options import parse_options
+
+    with pytest.raises(InvalidOptionError, match=r"'maxTriggerDelay' = 'soon' is not a duration"):
+        parse_options({"path": "/x", "topic": "t", "maxTriggerDelay": "soon"}, streaming=True)
