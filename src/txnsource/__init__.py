@@ -6,8 +6,8 @@ Entry points for :class:`pyspark_txnlog.DefaultSource`:
   ``_partition``, ``_offset``, ``_timestamp``);
 * :func:`make_reader`: the batch reader (one transaction-consistent snapshot per read, segment-range planning,
   filter pushdown on the metadata columns);
-* :func:`make_stream_reader`: the micro-batch reader (``maxRecordsPerTrigger``, ``Trigger.AvailableNow``,
-  consumer-group progress).
+* :func:`make_stream_reader`: the micro-batch reader (admission control as Spark's Kafka source,
+  ``Trigger.AvailableNow``, consumer-group progress, ``latestOffset`` in progress reports).
 
 For users, :func:`read` (``txnsource.read(spark, path, topic=...)``) returns a batch DataFrame read by Spark's own
 Parquet reader where it can (:mod:`txnsource.native`), by the data source otherwise.
@@ -40,15 +40,18 @@ def read_schema(options: Mapping[str, str]) -> StructType:
 
     Raises:
         InvalidOptionError: a bad option.
-        TopicNotFoundError: a topic does not exist.
+        TopicNotFoundError: a topic does not exist, or ``subscribePattern`` matches none.
         SchemaMismatchError: two topics type one column differently, or a column has no Spark type.
     """
     from coordinator.store import open_store
-    from coordinator.topics import get_topic
+    from coordinator.topics import get_topic, list_topics
+    from txnsource.options import with_topics
     from txnsource.schema import to_spark_schema, union_schema
 
     opts = parse_options(options, streaming=None)
     store = open_store(opts.path, opts.store, probe=False)
+    if opts.pattern is not None:
+        opts = with_topics(opts, list_topics(store))
     return to_spark_schema(union_schema([get_topic(store, t) for t in opts.topics]))
 
 

@@ -48,19 +48,21 @@ class TxnLogBatchReader(DataSourceReader):
         """Take the snapshot and plan it into input partitions.
 
         Raises:
-            TopicNotFoundError: a topic does not exist.
-            InvalidOptionError: an offset option does not fit the topics' partitions or offsets.
+            TopicNotFoundError: a topic does not exist, or ``subscribePattern`` matches none.
+            InvalidOptionError: an offset or timestamp option does not fit the topics' partitions or offsets
+                (offsets below the log start only with ``failOnDataLoss`` true).
             SchemaMismatchError: a user-given schema names a column none of the topics has.
         """
         from coordinator.coordinator import TransactionCoordinator
         from coordinator.store import open_store
-        from coordinator.topics import get_topic
-        from txnsource.offsets import batch_ranges
+        from coordinator.topics import get_topic, list_topics
+        from txnsource.offsets import batch_ranges, take_snapshot
+        from txnsource.options import with_topics
         from txnsource.planning import list_data, plan_partitions, staged_paths
         from txnsource.schema import check_projection
 
-        opts = self.options
-        store = open_store(opts.path, opts.store)
+        store = open_store(self.options.path, self.options.store)
+        opts = self.options if self.options.pattern is None else with_topics(self.options, list_topics(store))
         coord = TransactionCoordinator(store)
         metas = {t: get_topic(store, t) for t in opts.topics}
         check_projection(self.schema.names, list(metas.values()))
@@ -69,13 +71,14 @@ class TxnLogBatchReader(DataSourceReader):
             # listed before the snapshot: a file committed after the listing is then still in the snapshot
             for t, meta in metas.items():
                 listed.update(list_data(store, t, meta.partitions))
-        snap = coord.snapshot(opts.topics)
-        ranges = batch_ranges(opts.starting, opts.ending, snap, opts.topics)
+        snap = take_snapshot(coord, opts)
+        ranges = batch_ranges(opts, snap, coord)
         staged = None
         if opts.isolation == READ_UNCOMMITTED:
             staged = {tp: staged_paths(coord, tp[0], tp[1], paths, snap.seq) for tp, paths in listed.items()}
         return plan_partitions(coord, metas, ranges, self.pushed, target_bytes=opts.max_partition_bytes,
-                               min_partitions=opts.min_partitions, staged=staged)
+                               min_partitions=opts.min_partitions, staged=staged,
+                               max_rows=opts.max_records_per_partition)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Yield the partition's records as Arrow batches of exactly the read schema.

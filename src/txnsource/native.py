@@ -227,7 +227,7 @@ def plan_scans(store: Store, opts: ReadOptions, root: str) -> list[NativeScan]:
     :data:`MAX_SCAN_FILES` each.
 
     Raises:
-        NativeUnavailable: ``read_uncommitted``, or an Arrow IPC segment.
+        NativeUnavailable: ``read_uncommitted``, ``maxRecordsPerPartition``, or an Arrow IPC segment.
         InvalidOptionError: an offset option does not fit the topics.
         CorruptLogError: a committed segment is missing or its size differs from its commit record.
     """
@@ -235,15 +235,18 @@ def plan_scans(store: Store, opts: ReadOptions, root: str) -> list[NativeScan]:
     from coordinator.errors import CorruptLogError
     from coordinator.layout import data_dir
     from coordinator.reader import READ_UNCOMMITTED
-    from txnsource.offsets import batch_ranges
+    from txnsource.offsets import batch_ranges, take_snapshot
 
     if opts.isolation == READ_UNCOMMITTED:
         raise NativeUnavailable("read_uncommitted reads staged files, which only the Python reader lists")
+    if opts.max_records_per_partition is not None:
+        raise NativeUnavailable("maxRecordsPerPartition splits tasks by record count, which only the Python reader "
+                                "does (Spark's Parquet scan splits by bytes)")
     coord = TransactionCoordinator(store)
-    snap = coord.snapshot(opts.topics)
+    snap = take_snapshot(coord, opts)
     groups: dict[str, list[list[NativeFile]]] = {}
     listed: dict[str, list[str]] = {}
-    for (topic, p), (start, end) in sorted(batch_ranges(opts.starting, opts.ending, snap, opts.topics).items()):
+    for (topic, p), (start, end) in sorted(batch_ranges(opts, snap, coord).items()):
         if end <= start:
             continue
         plog = coord.partition(topic, p)
@@ -436,12 +439,14 @@ def projection(spark: SparkSession, schema: StructType | str | None, full: Struc
 
 def _native(spark: SparkSession, opts: ReadOptions, schema: StructType | str | None) -> DataFrame:
     from coordinator.store import open_store
-    from coordinator.topics import get_topic
+    from coordinator.topics import get_topic, list_topics
+    from txnsource.options import with_topics
     from txnsource.schema import to_spark_schema, union_schema
 
     root = spark_root(opts)
     store = open_store(opts.path, opts.store, probe=False)
     try:
+        opts = with_topics(opts, list_topics(store)) if opts.pattern is not None else opts
         metas = {t: get_topic(store, t) for t in opts.topics}
         check_types(list(metas.values()))
         full = to_spark_schema(union_schema(list(metas.values())))

@@ -1,71 +1,130 @@
 """Reader options, parsed once into a frozen :class:`ReadOptions`.
 
 Spark hands a data source a case-insensitive option map of strings. Every option is validated up front, so a bad
-value fails at ``load()`` with an :class:`coordinator.InvalidOptionError` naming the key and the value.
+value fails at ``load()`` with an :class:`coordinator.InvalidOptionError` naming the key and the value. Value
+parsers live in :mod:`txnsource.optvalues`. The options follow Spark's Kafka source where it has an equivalent.
 
-Options (keys are case-insensitive):
+What to read (exactly one of):
 
-``path``
-    The store root URL (``load(path)``): a local path, ``file://``, ``s3://bucket/prefix``, ``memory://``.
 ``topic``
-    One topic or a comma-separated list (required).
+    One topic or a comma-separated list.
+``subscribePattern``
+    A regular expression matched against whole topic names (Python :func:`re.fullmatch`). The topics are listed
+    when the read is planned (a stream: when the query starts; topics created later are read after a restart).
+``assign``
+    JSON ``{"orders": [0, 1]}``: only these partitions (a stream then never picks up partitions added later).
+
+Where to start and end (timestamp options win over offset options, as in Spark's Kafka source:
+``startingTimestamp`` > ``startingOffsetsByTimestamp`` > ``startingOffsets``, and the same for the ending ones):
+
 ``startingOffsets``
     ``earliest``, ``latest`` or JSON ``{"orders": {"0": 42}}``. Batch default ``earliest``; stream default
-    ``latest`` (as Spark's Kafka source). In JSON, ``-2`` means earliest and ``-1`` latest; partitions left out
-    start at earliest.
+    ``latest``. In JSON, ``-2`` means earliest and ``-1`` latest.
 ``endingOffsets``
-    Batch only (exclusive): ``latest`` (default), ``earliest`` or JSON; partitions left out end at latest.
+    Batch only (exclusive): ``latest`` (default), ``earliest`` or JSON.
+``startingTimestamp`` / ``endingTimestamp``
+    Epoch milliseconds, for every partition read: the first offset committed at or after that time (``_timestamp``
+    is the commit time; records carry no producer time, so this is Kafka's ``LogAppendTime``).
+``startingOffsetsByTimestamp`` / ``endingOffsetsByTimestamp``
+    JSON ``{"orders": {"0": 1700000000000}}``: the same per partition.
+``startingOffsetsByTimestampStrategy``
+    ``error`` (default): a starting timestamp after every commit fails the read; ``latest``: such a partition
+    starts at its latest offset. An ending timestamp after every commit ends at the latest offset.
+
+Partial JSON maps (offsets or timestamps): with ``topic`` or ``subscribePattern``, a partition a map leaves out
+takes the option's default (``startingOffsets``: earliest for batch, latest for streams; ``endingOffsets``:
+latest), for batch and stream reads alike. With ``assign``, a map that names a topic must name every assigned
+partition of it (Spark's Kafka source requires all assigned partitions); the error names the missing ones.
+
+Other options:
+
 ``isolationLevel``
     ``read_committed`` (default) or ``read_uncommitted`` (batch only).
-``maxRecordsPerTrigger``
+``failOnDataLoss``
+    ``true`` (default): an offset below the log start (removed by retention) or above the log end (the topic was
+    re-created) fails the read naming the topic, partition and offsets; ``false``: skip to the log start. Batch and
+    stream reads.
+``maxRecordsPerTrigger`` (synonym ``maxOffsetsPerTrigger``; not both)
     Stream only: a positive row limit per micro-batch.
+``minOffsetsPerTrigger``, ``maxTriggerDelay``
+    Stream only: a micro-batch waits until at least this many records are available, or until ``maxTriggerDelay``
+    (default ``15m``) has passed since the last micro-batch (ignored by ``Trigger.AvailableNow``).
+``maxBytesPerTrigger``
+    Stream only: approximate bytes per micro-batch (estimated from segment sizes); a micro-batch always takes at
+    least one record, so a stream makes progress.
 ``groupId``
     Stream only: consumer group whose offsets each finished micro-batch records.
 ``maxPartitionBytes``
-    Target size of one Spark input partition (default 128 MiB); one topic partition with many segments is read
-    by several tasks.
+    Target size of one Spark input partition (default 128 MiB).
+``maxRecordsPerPartition``
+    Optional: at most this many records per Spark input partition (a big topic partition is read by more tasks).
 ``minPartitions``
-    Optional lower bound on the number of input partitions: shrinks the target size so the data splits at least
-    this many ways (segment boundaries permitting).
+    Optional lower bound on the number of input partitions (segment boundaries permitting).
 ``readPath``
-    ``auto`` (default), ``python`` or ``native``: which reader :func:`txnsource.read` uses (see
-    :mod:`txnsource.native`). ``spark.read.format("txnlog")`` is always the Python reader: it takes ``auto`` and
-    ``python`` and refuses ``native``, which only :func:`txnsource.read` can give.
-``s3.endpoint``, ``s3.key``, ``s3.secret``, ``s3.region``, ``s3.token``
+    ``auto`` (default), ``python`` or ``native``: which reader :func:`txnsource.read` uses.
+``s3.endpoint``, ``s3.key``, ``s3.secret``, ``s3.region``, ``s3.token``, ...
     Store access; never persisted, hidden from ``repr``.
 
-Stream-only options are ignored by batch reads (so one option map can serve both); ``endingOffsets`` and
-``read_uncommitted`` are refused by streams. Any other key is refused, so a misspelt option never passes
-silently.
+Record timestamps: ``_timestamp`` is the commit time of the record's transaction (Kafka's ``LogAppendTime``; all
+records of one transaction share it). Records carry no producer time and no Kafka-style headers of their own; a
+``map<string,binary>`` column named ``headers`` is an ordinary topic column, written and read end to end.
+
+Batch reads refuse the stream-only options (they say so), streams refuse the batch-only ones; any other key is
+refused, so a misspelt option never passes silently.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from coordinator.errors import InvalidOptionError
-from coordinator.layout import check_name
-from coordinator.reader import READ_COMMITTED, READ_UNCOMMITTED, check_isolation
+from coordinator.reader import READ_COMMITTED
 from coordinator.store import StoreOptions
+from txnsource.optvalues import (
+    EARLIEST,
+    JSON_EARLIEST,
+    JSON_LATEST,
+    LATEST,
+    OffsetSpec,
+    TimestampSpec,
+    parse_assign,
+    parse_bool,
+    parse_duration_ms,
+    parse_group,
+    parse_isolation,
+    parse_offset_spec,
+    parse_pattern,
+    parse_read_path,
+    parse_strategy,
+    parse_timestamp,
+    parse_timestamp_spec,
+    parse_topics,
+    positive_int,
+)
 
-EARLIEST = "earliest"
-LATEST = "latest"
-#: Kafka's JSON conventions for "earliest" and "latest" inside an offsets map.
-JSON_EARLIEST = -2
-JSON_LATEST = -1
+__all__ = ["DEFAULT_MAX_PARTITION_BYTES", "DEFAULT_MAX_TRIGGER_DELAY_MS", "EARLIEST", "JSON_EARLIEST",
+           "JSON_LATEST", "LATEST", "OffsetSpec", "ReadOptions", "TimestampSpec", "parse_options", "with_topics"]
+
 DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
-READ_PATHS = ("auto", "python", "native")
-
-#: An offsets option: ``"earliest"``, ``"latest"``, or topic -> partition -> offset (-2 earliest, -1 latest).
-OffsetSpec = str | Mapping[str, Mapping[int, int]]
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
 
 _STORE_KEYS = StoreOptions.KEYS
-_COMMON_KEYS = frozenset({"path", "topic", "startingoffsets", "isolationlevel", "maxpartitionbytes",
-                          "minpartitions", "readpath"}) | _STORE_KEYS
-_STREAM_ONLY_KEYS = frozenset({"maxrecordspertrigger", "groupid", "failondataloss"})
-_BATCH_ONLY_KEYS = frozenset({"endingoffsets"})
+_SUBSCRIBE_KEYS = ("topic", "subscribepattern", "assign")
+_COMMON_KEYS = frozenset({*_SUBSCRIBE_KEYS, "path", "startingoffsets", "startingtimestamp",
+                          "startingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy", "isolationlevel",
+                          "failondataloss", "maxpartitionbytes", "maxrecordsperpartition", "minpartitions",
+                          "readpath"}) | _STORE_KEYS
+#: Options only ``readStream`` takes (a batch read refuses them).
+STREAM_ONLY_KEYS = frozenset({"maxrecordspertrigger", "maxoffsetspertrigger", "minoffsetspertrigger",
+                              "maxtriggerdelay", "maxbytespertrigger", "groupid"})
+#: Options only ``read`` takes (a stream refuses them).
+BATCH_ONLY_KEYS = frozenset({"endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp"})
+_SPELLING = {k.lower(): k for k in (
+    "maxRecordsPerTrigger", "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
+    "maxBytesPerTrigger", "groupId", "endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")}
 _SECRET_KEYS = frozenset({"s3.key", "s3.secret", "s3.token"})
 _SECRET_WORDS = ("key", "secret", "token", "password", "credential")
 
@@ -76,15 +135,23 @@ class ReadOptions:
 
     Attributes:
         path: the store root URL.
-        topics: the topics read, in the order given, without duplicates.
-        starting: where reading starts (see :data:`OffsetSpec`).
-        ending: where a batch read ends (exclusive); ``latest`` for streams.
+        topics: the topics read, in order, without duplicates (empty for ``subscribePattern`` until
+            :func:`with_topics` resolves the pattern).
+        pattern: the ``subscribePattern`` regular expression, or None.
+        assign: the ``assign`` partitions (topic -> partitions), or None (every partition).
+        starting, ending: the offsets options (see :data:`OffsetSpec`); ``ending`` is ``latest`` for streams.
+        starting_ts, ending_ts: ``startingTimestamp`` / ``endingTimestamp`` (epoch ms), or None.
+        starting_by_ts, ending_by_ts: the by-timestamp maps, or None.
+        ts_strategy: ``error`` or ``latest`` (``startingOffsetsByTimestampStrategy``).
         isolation: ``read_committed`` or ``read_uncommitted``.
         max_records_per_trigger: stream row limit per micro-batch, or None.
+        min_records_per_trigger: stream minimum rows per micro-batch, or None.
+        max_trigger_delay_ms: how long a stream waits for ``min_records_per_trigger`` rows.
+        max_bytes_per_trigger: approximate stream bytes per micro-batch, or None.
         group_id: stream consumer group, or None.
-        fail_on_data_loss: a stream whose next offset was removed by retention fails (True, the default) or skips
-            ahead to the log start (False), like Spark's Kafka source.
+        fail_on_data_loss: an offset outside the log fails the read (True, the default) or skips to the log start.
         max_partition_bytes: target bytes of one Spark input partition.
+        max_records_per_partition: at most this many records per Spark input partition, or None.
         min_partitions: lower bound on the number of input partitions, or None.
         read_path: ``auto``, ``python`` or ``native`` (see :func:`txnsource.read`).
         store: store access options (credentials hidden from ``repr``).
@@ -94,14 +161,34 @@ class ReadOptions:
     topics: tuple[str, ...]
     starting: OffsetSpec
     ending: OffsetSpec
+    pattern: str | None = None
+    assign: Mapping[str, tuple[int, ...]] | None = None
+    starting_ts: int | None = None
+    ending_ts: int | None = None
+    starting_by_ts: TimestampSpec | None = None
+    ending_by_ts: TimestampSpec | None = None
+    ts_strategy: str = "error"
     isolation: str = READ_COMMITTED
     max_records_per_trigger: int | None = None
+    min_records_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    max_bytes_per_trigger: int | None = None
     group_id: str | None = None
     fail_on_data_loss: bool = True
     max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
+    max_records_per_partition: int | None = None
     min_partitions: int | None = None
     read_path: str = "auto"
     store: StoreOptions = field(default_factory=StoreOptions, repr=False)
+
+    @property
+    def subscription(self) -> str:
+        """The option naming what is read, with its value, for error messages."""
+        if self.pattern is not None:
+            return f"option 'subscribePattern' = {self.pattern!r}"
+        if self.assign is not None:
+            return f"option 'assign' = {json.dumps({t: list(ps) for t, ps in self.assign.items()})!r}"
+        return f"option 'topic' = {','.join(self.topics)!r}"
 
 
 def parse_options(options: Mapping[str, str], *, streaming: bool | None) -> ReadOptions:
@@ -113,16 +200,16 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None) -> Read
             Spark makes before it says which; the stream-or-batch checks then wait for the reader).
 
     Raises:
-        InvalidOptionError: a missing required option, an unknown key, or a bad value; the message names the key
-            and the value (secrets are never echoed).
+        InvalidOptionError: a missing required option, an unknown key, a bad value, or an option the read kind
+            does not take; the message names the key and the value (secrets are never echoed).
     """
     lower = {str(k).lower(): ("" if v is None else str(v)) for k, v in options.items()}
-    allowed = _COMMON_KEYS | _STREAM_ONLY_KEYS | (frozenset() if streaming else _BATCH_ONLY_KEYS)
+    allowed = _COMMON_KEYS | STREAM_ONLY_KEYS | (frozenset() if streaming else BATCH_ONLY_KEYS)
     streaming_only = bool(streaming)
     for key in lower:
         if key not in allowed:
-            if streaming and key in _BATCH_ONLY_KEYS:
-                raise InvalidOptionError(f"option 'endingOffsets' is not supported by streaming reads "
+            if streaming and key in BATCH_ONLY_KEYS:
+                raise InvalidOptionError(f"option {_SPELLING[key]!r} is not supported by streaming reads "
                                          f"(got {lower[key]!r}); a stream reads until it is stopped")
             shown = "***" if _may_be_secret(key) else repr(lower[key])
             raise InvalidOptionError(
@@ -133,145 +220,111 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None) -> Read
     if not path:
         raise InvalidOptionError("option 'path' is missing: load() the store root URL (a local path, file://, "
                                  "s3://bucket/prefix or memory://)")
-    topics = _parse_topics(lower.get("topic"))
-    isolation = _parse_isolation(lower.get("isolationlevel"), streaming_only)
-    starting = parse_offset_spec("startingOffsets", lower.get("startingoffsets"), topics,
+    topics, pattern, assign = _parse_subscription(lower)
+    known = None if pattern is not None else topics
+    isolation = parse_isolation(lower.get("isolationlevel"), streaming_only)
+    starting = parse_offset_spec("startingOffsets", lower.get("startingoffsets"), known,
                                  default=LATEST if streaming_only else EARLIEST)
-    ending = LATEST if streaming_only else parse_offset_spec("endingOffsets", lower.get("endingoffsets"), topics,
-                                                        default=LATEST)
-    return ReadOptions(
+    ending = LATEST if streaming_only else parse_offset_spec("endingOffsets", lower.get("endingoffsets"), known,
+                                                             default=LATEST)
+    max_rows = _max_records(lower)
+    min_rows = positive_int("minOffsetsPerTrigger", lower.get("minoffsetspertrigger"))
+    if min_rows is not None and max_rows is not None and min_rows > max_rows:
+        raise InvalidOptionError(f"option 'minOffsetsPerTrigger' = {min_rows} is above the per-trigger maximum "
+                                 f"{max_rows} (maxRecordsPerTrigger / maxOffsetsPerTrigger)")
+    opts = ReadOptions(
         path=path,
         topics=topics,
         starting=starting,
         ending=ending,
+        pattern=pattern,
+        assign=assign,
+        starting_ts=parse_timestamp("startingTimestamp", lower.get("startingtimestamp")),
+        ending_ts=parse_timestamp("endingTimestamp", lower.get("endingtimestamp")),
+        starting_by_ts=parse_timestamp_spec("startingOffsetsByTimestamp", lower.get("startingoffsetsbytimestamp"),
+                                            known),
+        ending_by_ts=parse_timestamp_spec("endingOffsetsByTimestamp", lower.get("endingoffsetsbytimestamp"),
+                                          known),
+        ts_strategy=parse_strategy(lower.get("startingoffsetsbytimestampstrategy")),
         isolation=isolation,
-        max_records_per_trigger=_positive_int("maxRecordsPerTrigger", lower.get("maxrecordspertrigger")),
-        group_id=_parse_group(lower.get("groupid")),
-        fail_on_data_loss=_parse_bool("failOnDataLoss", lower.get("failondataloss"), default=True),
-        max_partition_bytes=_positive_int("maxPartitionBytes", lower.get("maxpartitionbytes"))
+        max_records_per_trigger=max_rows,
+        min_records_per_trigger=min_rows,
+        max_trigger_delay_ms=parse_duration_ms("maxTriggerDelay", lower.get("maxtriggerdelay"),
+                                               default=DEFAULT_MAX_TRIGGER_DELAY_MS),
+        max_bytes_per_trigger=positive_int("maxBytesPerTrigger", lower.get("maxbytespertrigger")),
+        group_id=parse_group(lower.get("groupid")),
+        fail_on_data_loss=parse_bool("failOnDataLoss", lower.get("failondataloss"), default=True),
+        max_partition_bytes=positive_int("maxPartitionBytes", lower.get("maxpartitionbytes"))
         or DEFAULT_MAX_PARTITION_BYTES,
-        min_partitions=_positive_int("minPartitions", lower.get("minpartitions")),
-        read_path=_parse_read_path(lower.get("readpath")),
+        max_records_per_partition=positive_int("maxRecordsPerPartition", lower.get("maxrecordsperpartition")),
+        min_partitions=positive_int("minPartitions", lower.get("minpartitions")),
+        read_path=parse_read_path(lower.get("readpath")),
         store=StoreOptions.from_options(lower),
     )
+    if streaming is False:
+        stream_only = sorted(_SPELLING[k] for k in lower if k in STREAM_ONLY_KEYS)
+        if stream_only:
+            shown = ", ".join(f"{k!r} = {lower[k.lower()]!r}" for k in stream_only)
+            raise InvalidOptionError(f"option {shown} applies to readStream only; a batch read (spark.read) "
+                                     "takes no trigger or consumer-group options: remove it")
+    return opts
 
 
-def _parse_read_path(raw: str | None) -> str:
-    if raw is None or not raw.strip():
-        return "auto"
-    word = raw.strip().lower()
-    if word not in READ_PATHS:
-        raise InvalidOptionError(f"option 'readPath' = {raw!r} is not one of {', '.join(READ_PATHS)}")
-    return word
+def with_topics(opts: ReadOptions, names: list[str]) -> ReadOptions:
+    """``opts`` with ``subscribePattern`` resolved against the store's topic ``names`` (unchanged otherwise).
+
+    Raises:
+        TopicNotFoundError: the pattern matches no topic (a read needs one for its schema).
+        InvalidOptionError: a JSON offsets or timestamps option names a topic the pattern does not match.
+    """
+    if opts.pattern is None:
+        return opts
+    from coordinator.errors import TopicNotFoundError
+
+    matched = tuple(n for n in names if re.fullmatch(opts.pattern, n))
+    if not matched:
+        raise TopicNotFoundError(f"option 'subscribePattern' = {opts.pattern!r} matches no topic "
+                                 f"(topics: {', '.join(names) or 'none'})")
+    for key, spec in (("startingOffsets", opts.starting), ("endingOffsets", opts.ending),
+                      ("startingOffsetsByTimestamp", opts.starting_by_ts),
+                      ("endingOffsetsByTimestamp", opts.ending_by_ts)):
+        if isinstance(spec, Mapping):
+            for topic in spec:
+                if topic not in matched:
+                    raise InvalidOptionError(f"option {key!r} names topic {topic!r}, which option "
+                                             f"'subscribePattern' = {opts.pattern!r} does not match")
+    return replace(opts, topics=matched)
+
+
+def _parse_subscription(lower: Mapping[str, str]) -> tuple[tuple[str, ...], str | None,
+                                                           dict[str, tuple[int, ...]] | None]:
+    given = [k for k in _SUBSCRIBE_KEYS if lower.get(k, "").strip()]
+    if len(given) != 1:
+        names = {"topic": "topic", "subscribepattern": "subscribePattern", "assign": "assign"}
+        if not given:
+            raise InvalidOptionError("option 'topic' is missing: name one topic or a comma-separated list (or give "
+                                     "'subscribePattern' or 'assign' instead)")
+        shown = ", ".join(f"{names[k]!r} = {lower[k]!r}" for k in given)
+        raise InvalidOptionError(f"options {shown} conflict: give exactly one of 'topic', 'subscribePattern' and "
+                                 "'assign'")
+    key = given[0]
+    if key == "topic":
+        return parse_topics(lower[key]), None, None
+    if key == "subscribepattern":
+        return (), parse_pattern(lower[key]), None
+    assign = parse_assign(lower[key])
+    return tuple(assign), None, assign
+
+
+def _max_records(lower: Mapping[str, str]) -> int | None:
+    rows = positive_int("maxRecordsPerTrigger", lower.get("maxrecordspertrigger"))
+    offsets = positive_int("maxOffsetsPerTrigger", lower.get("maxoffsetspertrigger"))
+    if rows is not None and offsets is not None:
+        raise InvalidOptionError(f"options 'maxRecordsPerTrigger' = {rows} and 'maxOffsetsPerTrigger' = {offsets} "
+                                 "are synonyms: give one")
+    return rows if rows is not None else offsets
 
 
 def _may_be_secret(key: str) -> bool:
     """Whether an option's value must not be echoed (credentials, or a misspelling of one)."""
     return key.startswith(("s3.", "fs.", "aws")) or any(w in key for w in _SECRET_WORDS)
-
-
-def _parse_topics(raw: str | None) -> tuple[str, ...]:
-    if raw is None or not raw.strip():
-        raise InvalidOptionError("option 'topic' is missing: name one topic or a comma-separated list")
-    names: list[str] = []
-    for part in raw.split(","):
-        name = part.strip()
-        if not name:
-            raise InvalidOptionError(f"option 'topic' has an empty name in {raw!r}")
-        try:
-            check_name("topic", name)
-        except InvalidOptionError as exc:
-            raise InvalidOptionError(f"option 'topic' = {raw!r}: {exc}") from None
-        if name not in names:
-            names.append(name)
-    return tuple(names)
-
-
-def _parse_isolation(raw: str | None, streaming: bool) -> str:
-    if raw is None or not raw.strip():
-        return READ_COMMITTED
-    try:
-        level = check_isolation(raw)
-    except InvalidOptionError:
-        raise InvalidOptionError(
-            f"option 'isolationLevel' = {raw!r} is not one of {READ_COMMITTED!r}, {READ_UNCOMMITTED!r}"
-        ) from None
-    if streaming and level == READ_UNCOMMITTED:
-        raise InvalidOptionError(
-            f"option 'isolationLevel' = {raw!r} is not supported by streaming reads: uncommitted records have no "
-            "offsets, so a stream could not track or replay them; use a batch read"
-        )
-    return level
-
-
-def _parse_bool(key: str, raw: str | None, *, default: bool) -> bool:
-    if raw is None or not raw.strip():
-        return default
-    word = raw.strip().lower()
-    if word not in ("true", "false"):
-        raise InvalidOptionError(f"option {key!r} = {raw!r} must be 'true' or 'false'")
-    return word == "true"
-
-
-def _positive_int(key: str, raw: str | None) -> int | None:
-    if raw is None or not raw.strip():
-        return None
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise InvalidOptionError(f"option {key!r} = {raw!r} is not an integer") from None
-    if value <= 0:
-        raise InvalidOptionError(f"option {key!r} = {raw!r} must be a positive integer")
-    return value
-
-
-def _parse_group(raw: str | None) -> str | None:
-    if raw is None or not raw.strip():
-        return None
-    try:
-        return check_name("group", raw.strip())
-    except InvalidOptionError as exc:
-        raise InvalidOptionError(f"option 'groupId' = {raw!r}: {exc}") from None
-
-
-def parse_offset_spec(key: str, raw: str | None, topics: tuple[str, ...], *, default: str) -> OffsetSpec:
-    """Parse ``earliest``, ``latest`` or a JSON offsets map naming only ``topics``.
-
-    Raises:
-        InvalidOptionError: naming ``key`` and ``raw`` when the text is neither keyword nor a valid JSON map of
-            topic -> partition -> offset (offsets >= 0, or -2 / -1 for earliest / latest).
-    """
-    if raw is None or not raw.strip():
-        return default
-    text = raw.strip()
-    if text.lower() in (EARLIEST, LATEST):
-        return text.lower()
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        raise InvalidOptionError(
-            f"option {key!r} = {raw!r} is not 'earliest', 'latest' or JSON like {{\"orders\": {{\"0\": 42}}}}"
-        ) from None
-    if not isinstance(doc, dict):
-        raise InvalidOptionError(f"option {key!r} = {raw!r} must be a JSON object of topic -> partition -> offset")
-    out: dict[str, dict[int, int]] = {}
-    for topic, parts in doc.items():
-        if topic not in topics:
-            raise InvalidOptionError(f"option {key!r} = {raw!r} names topic {topic!r}, which option 'topic' "
-                                     f"does not list ({', '.join(topics)})")
-        if not isinstance(parts, dict):
-            raise InvalidOptionError(f"option {key!r} = {raw!r}: topic {topic!r} must map partitions to offsets")
-        out[topic] = {}
-        for p, off in parts.items():
-            try:
-                pnum = int(p)
-            except (TypeError, ValueError):
-                pnum = -1
-            if pnum < 0 or str(pnum) != str(p).strip():
-                raise InvalidOptionError(f"option {key!r} = {raw!r}: partition {p!r} of {topic!r} is not a "
-                                         "non-negative integer")
-            if isinstance(off, bool) or not isinstance(off, int) or off < JSON_EARLIEST:
-                raise InvalidOptionError(f"option {key!r} = {raw!r}: offset {off!r} of {topic}/{p} must be an "
-                                         "integer >= 0 (or -2 for earliest, -1 for latest)")
-            out[topic][pnum] = off
-    return out

@@ -85,8 +85,13 @@ def plan_partitions(
     target_bytes: int,
     min_partitions: int | None = None,
     staged: Mapping[tuple[str, int], Sequence[str]] | None = None,
+    max_rows: int | None = None,
 ) -> list[TxnInputPartition]:
     """Input partitions for the offset ranges (and staged files) given, after pushdown.
+
+    Slices of one topic partition are grouped into input partitions of about ``target_bytes`` each and, with
+    ``max_rows`` (``maxRecordsPerPartition``), of at most ``max_rows`` rows each (a segment is then split by row
+    range).
 
     Raises:
         OffsetOutOfRangeError: a range lies outside its partition's log (a caller bug: ranges come from a
@@ -110,6 +115,8 @@ def plan_partitions(
             by_time = normalize(iv for sl in slices for iv in _time_allowed(sl.segment, push))
             wanted = intersect(wanted, by_time)
         specs = [_spec(sl) for sl in slices if _touches(_spec(sl), wanted)]
+        if max_rows is not None:
+            specs = _split(specs, max_rows)
         if specs:
             plans[(topic, p)] = specs
             allowed[(topic, p)] = wanted
@@ -123,18 +130,33 @@ def plan_partitions(
         covered = ((specs[0][1] + specs[0][8], specs[-1][1] + specs[-1][8] + specs[-1][9]),)
         keep = None if allowed[(topic, p)] == covered else allowed[(topic, p)]
         group: list[SliceSpec] = []
-        size = 0.0
+        size, rows = 0.0, 0
         for s in specs:
-            if group and size + _est_bytes(s) > target:
+            if group and (size + _est_bytes(s) > target or (max_rows is not None and rows + s[9] > max_rows)):
                 out.append(TxnInputPartition(topic, p, schemas[topic], tuple(group), (), keep))
-                group, size = [], 0.0
+                group, size, rows = [], 0.0, 0
             group.append(s)
             size += _est_bytes(s)
+            rows += s[9]
         out.append(TxnInputPartition(topic, p, schemas[topic], tuple(group), (), keep))
     if staged and not push.excludes_uncommitted:
         for (topic, p), paths in sorted(staged.items()):
             if paths and push.allows_topic(topic) and push.allows_partition(p):
                 out.append(TxnInputPartition(topic, p, schemas[topic], (), tuple(paths), None))
+    return out
+
+
+def _split(specs: Sequence[SliceSpec], max_rows: int) -> list[SliceSpec]:
+    """``specs`` cut at every ``max_rows``-th row of the partition's range (a segment may be cut several times), so
+    groups of at most ``max_rows`` rows fill up across segment boundaries."""
+    out: list[SliceSpec] = []
+    acc = 0
+    for spec in specs:
+        skip, n = spec[8], spec[9]
+        while n > 0:
+            take = min(max_rows - acc % max_rows, n)
+            out.append((*spec[:8], skip, take, spec[10]))
+            skip, n, acc = skip + take, n - take, acc + take
     return out
 
 

@@ -1,11 +1,23 @@
 """The streaming reader: ``spark.readStream.format("txnlog")``.
 
 Offsets are ``{topic: {partition: next_offset}}`` (string partition keys). Each ``latestOffset`` call takes a
-transaction-consistent snapshot of the topics and, within the read limit, moves every partition towards the
-snapshot's end; with ``maxRecordsPerTrigger`` the rows are shared among partitions in proportion to their backlog
-(Spark's Kafka source does the same), so a micro-batch may then end inside a transaction. Partitions added to a
-topic later (``coordinator.add_partitions``) are read from their start as soon as they hold data. The topic list
-is fixed by the ``topic`` option.
+transaction-consistent snapshot of the topics and, within the admission limits (:mod:`txnsource.admission`:
+``maxRecordsPerTrigger`` / ``maxOffsetsPerTrigger``, ``maxBytesPerTrigger``, ``minOffsetsPerTrigger`` with
+``maxTriggerDelay``), moves every partition towards the snapshot's end; a row limit is shared among partitions in
+proportion to their backlog (Spark's Kafka source does the same), so a micro-batch may then end inside a
+transaction. pyspark 4.2 and 4.3 pass one ``ReadLimit`` (no composite): :meth:`TxnLogStreamReader.getDefaultReadLimit`
+returns the main one and every option given is applied unless Spark passes ``ReadAllAvailable``. Partitions added to
+a topic later (``coordinator.add_partitions``) are read from their start as soon as they hold data (not with
+``assign``). The topics are fixed when the query starts (``topic``, ``assign``, or ``subscribePattern`` listed
+then).
+
+Lag: neither pyspark 4.2 nor 4.3 lets a Python stream reader report custom metrics, so the reader implements
+``reportLatestOffset``: each progress report's source shows ``latestOffset`` (the topics' committed end at the last
+snapshot) next to ``endOffset``; their difference per partition is the records the query is behind.
+
+An offset beyond a partition's log end (the topic was re-created, or the checkpoint belongs to another store) fails
+the query naming topic, partition and offsets, or with ``failOnDataLoss=false`` restarts that partition at its log
+start; an offset below the log start (retention) fails likewise or skips ahead.
 
 A micro-batch's offsets are absolute and its partitions are planned from them alone, so a replayed batch reads the
 same rows. With ``groupId``, every finished micro-batch records its end as the group's committed offsets
@@ -25,12 +37,15 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
+    ReadMaxBytes,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 
-from txnsource.offsets import Positions, from_json, resolve, to_json
-from txnsource.options import LATEST, ReadOptions, parse_options
+from txnsource.admission import SliceSizes, TriggerDelay, allocate, bytes_grant
+from txnsource.offsets import Positions, from_json, starting_positions, take_snapshot, to_json
+from txnsource.options import LATEST, ReadOptions, parse_options, with_topics
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -53,6 +68,8 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._store: Store | None = None
         self._coord: TransactionCoordinator | None = None
         self._metas: dict[str, TopicMeta] = {}
+        self._delay = None if options.min_records_per_trigger is None else TriggerDelay(
+            options.min_records_per_trigger, options.max_trigger_delay_ms)
 
     def __repr__(self) -> str:
         return f"TxnLogStreamReader(path={self.options.path!r}, topics={self.options.topics!r})"
@@ -74,7 +91,7 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._coord
 
     def _snapshot(self) -> Snapshot:
-        snap = self._coordinator().snapshot(self.options.topics)
+        snap = take_snapshot(self._coordinator(), self.options)
         self._latest = {(t, p): e for t, ends in snap.ends.items() for p, e in ends.items()}
         return snap
 
@@ -86,13 +103,24 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             InvalidOptionError: ``startingOffsets`` names offsets the topics do not have.
         """
         snap = self._snapshot()
-        pos = resolve("startingOffsets", self.options.starting, snap, self.options.topics, default=LATEST)
+        pos = starting_positions(self.options, snap, self._coordinator(), default=LATEST)
         return to_json(pos, self.options.topics)
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - Spark's name
-        """``ReadMaxRows(maxRecordsPerTrigger)`` when the option is set, else ``ReadAllAvailable``."""
-        n = self.options.max_records_per_trigger
-        return ReadAllAvailable() if n is None else ReadMaxRows(n)
+        """The limit the options ask for: ``ReadMaxRows(maxRecordsPerTrigger)``, else
+        ``ReadMaxBytes(maxBytesPerTrigger)``, else ``ReadMinRows(minOffsetsPerTrigger)``, else ``ReadAllAvailable``.
+
+        Spark passes one limit (pyspark 4.2 and 4.3 have no composite limit); :meth:`latestOffset` applies every
+        option given whenever the engine's limit is not ``ReadAllAvailable``.
+        """
+        o = self.options
+        if o.max_records_per_trigger is not None:
+            return ReadMaxRows(o.max_records_per_trigger)
+        if o.max_bytes_per_trigger is not None:
+            return ReadMaxBytes(o.max_bytes_per_trigger)
+        if o.min_records_per_trigger is not None:
+            return ReadMinRows(o.min_records_per_trigger)
+        return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's name
         """Fix the query's end at a snapshot taken now: later commits are left for a later run."""
@@ -101,10 +129,15 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802
         """The end of the next micro-batch from ``start``: the snapshot's end (capped by the availableNow target),
-        limited to ``limit.max_rows`` rows for ``ReadMaxRows``. Returns ``start`` itself when there is nothing new.
+        within the admission limits (see :mod:`txnsource.admission`) unless ``limit`` is ``ReadAllAvailable``.
+        Returns ``start`` itself when there is nothing new, or when ``minOffsetsPerTrigger`` makes it wait.
+
+        Raises:
+            OffsetOutOfRangeError: ``start`` lies above a partition's log end (the topic was re-created) and
+                ``failOnDataLoss`` is true.
         """
         topics = self.options.topics
-        begin = from_json(start, topics)
+        begin = from_json(start, self.options)
         # Spark plans a micro-batch only after the previous one finished, so ``start`` has been processed; it
         # commits the previous batch to the source only when it plans the next one, so the final batch of an
         # availableNow run would otherwise never be recorded
@@ -115,17 +148,71 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for topic in topics:
             for p, end in snap.ends[topic].items():
                 tp = (topic, p)
-                s = begin.get(tp, snap.starts[topic][p])
-                if s < snap.starts[topic][p] and not self.options.fail_on_data_loss:
-                    s = snap.starts[topic][p]
+                s = self._checked_start(tp, begin.get(tp, snap.starts[topic][p]), snap.starts[topic][p], end)
                 e = end if self._target is None else min(end, self._target.get(tp, s))
                 base[tp] = s
                 lags[tp] = max(0, e - s)
-        grant = allocate(lags, limit.max_rows) if isinstance(limit, ReadMaxRows) else lags
+        grant = self._admit(lags, base, limit)
         out = {tp: s + grant[tp] for tp, s in base.items() if tp in begin or grant[tp] > 0}
         for tp, s in begin.items():
             out.setdefault(tp, s)
         return to_json(out, topics)
+
+    def _checked_start(self, tp: tuple[str, int], s: int, log_start: int, log_end: int) -> int:
+        """Where partition ``tp`` goes on from offset ``s``: below the log start (retention) or above the log end
+        (a re-created topic) it fails, unless ``failOnDataLoss`` is false: then it starts at the log start.
+
+        Raises:
+            OffsetOutOfRangeError: ``s`` is above the log end and ``failOnDataLoss`` is true (below the start, the
+                error comes from :meth:`partitions`, which sees the newest log).
+        """
+        if s > log_end:
+            if self.options.fail_on_data_loss:
+                from coordinator.errors import OffsetOutOfRangeError
+
+                raise OffsetOutOfRangeError(
+                    f"the query's offset {s} of {tp[0]}/{tp[1]} is beyond the partition's log end {log_end} (log "
+                    f"start {log_start}): the topic was deleted and re-created, or the checkpoint belongs to "
+                    "another store. Set option failOnDataLoss=false to restart the partition from its log start, or "
+                    "use a new checkpoint location"
+                )
+            return log_start
+        if s < log_start and not self.options.fail_on_data_loss:
+            return log_start
+        return s
+
+    def _admit(self, lags: dict[tuple[str, int], int], base: Positions, limit: ReadLimit
+               ) -> dict[tuple[str, int], int]:
+        """Rows each partition may take this micro-batch (see :mod:`txnsource.admission`)."""
+        if isinstance(limit, ReadAllAvailable):
+            return lags
+        o = self.options
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else o.max_records_per_trigger
+        grant = lags if max_rows is None else allocate(lags, max_rows)
+        max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else o.max_bytes_per_trigger
+        if max_bytes is not None and any(grant.values()):
+            grant = bytes_grant(grant, self._sizes(base, grant), max_bytes)
+        if self._delay is not None and self._target is None:  # availableNow never waits, as Kafka's source
+            if isinstance(limit, ReadMinRows):
+                self._delay.min_rows = limit.min_rows
+            if self._delay.wait(sum(lags.values())):
+                return dict.fromkeys(lags, 0)
+        return grant
+
+    def _sizes(self, base: Positions, grant: dict[tuple[str, int], int]) -> dict[tuple[str, int], SliceSizes]:
+        """(rows, bytes) of the segment slices holding each partition's granted rows, from the partition index."""
+        coord = self._coordinator()
+        out: dict[tuple[str, int], SliceSizes] = {}
+        for tp, n in grant.items():
+            if n <= 0:
+                continue
+            plog = coord.partition(*tp)
+            if plog.end_offset < base[tp] + n:
+                plog.refresh()
+            lo = max(base[tp], plog.start_offset)
+            out[tp] = [(sl.rows, sl.segment.size * sl.rows / sl.segment.rows if sl.segment.rows else 0.0)
+                       for sl in plog.slices(lo, max(lo, base[tp] + n))]
+        return out
 
     def reportLatestOffset(self) -> dict[str, Any] | None:  # noqa: N802 - Spark's name
         """The end of the latest snapshot taken (the topics' committed end), for progress reports."""
@@ -148,18 +235,20 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from txnsource.schema import check_projection
 
         topics = self.options.topics
-        lo, hi = from_json(start, topics), from_json(end, topics)
+        lo, hi = from_json(start, self.options), from_json(end, self.options)
         coord = self._coordinator()
         ranges: dict[tuple[str, int], tuple[int, int]] = {}
         for tp, e in hi.items():
             plog = coord.partition(*tp)
             plog.refresh()
             s = lo.get(tp, plog.start_offset)
+            if s > e and not self.options.fail_on_data_loss:
+                s = plog.start_offset  # the offsets went back (a re-created topic): latestOffset restarted it
             if s < plog.start_offset:
                 if self.options.fail_on_data_loss:
                     raise OffsetOutOfRangeError(
-                        f"offset {s} of {tp[0]}/{tp[1]} is below the log start {plog.start_offset}: retention "
-                        "removed those records. Set option failOnDataLoss=false to skip ahead to the log start"
+                        f"the query's offset {s} of {tp[0]}/{tp[1]} is below the log start {plog.start_offset}: "
+                        "retention removed those records. Set option failOnDataLoss=false to skip to the log start"
                     )
                 s = plog.start_offset
             if e > s:
@@ -170,7 +259,8 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             check_projection(self.schema.names, list(self._metas.values()))
         return plan_partitions(coord, self._metas, ranges, Pushdown(),
                                target_bytes=self.options.max_partition_bytes,
-                               min_partitions=self.options.min_partitions)
+                               min_partitions=self.options.min_partitions,
+                               max_rows=self.options.max_records_per_partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Record ``end`` as consumer group ``groupId``'s offsets (no-op without ``groupId``).
@@ -178,7 +268,7 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         Spark calls this for batch ``N`` when it plans batch ``N + 1``; :meth:`latestOffset` records its ``start``
         (the end of the finished batch) too, so a run's last batch is recorded as well.
         """
-        self._record_group(from_json(end, self.options.topics))
+        self._record_group(from_json(end, self.options))
 
     def _record_group(self, pos: Positions) -> None:
         """Commit ``pos`` as group ``groupId``'s offsets, unless it is what this reader recorded last."""
@@ -209,33 +299,20 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_partition(store, partition, spark_arrow_schema(self.schema))
 
 
-def allocate(lags: Mapping[tuple[str, int], int], max_rows: int) -> dict[tuple[str, int], int]:
-    """Share ``max_rows`` among partitions in proportion to their backlog (``lags``), deterministically; every
-    row of the limit is used while backlog remains."""
-    total = sum(lags.values())
-    if total <= max_rows:
-        return dict(lags)
-    grant = {tp: lag * max_rows // total for tp, lag in lags.items()}
-    left = max_rows - sum(grant.values())
-    # largest remainder first, so the shares stay as close to proportional as whole rows allow
-    for tp in sorted(lags, key=lambda tp: (-(lags[tp] * max_rows % total), tp)):
-        if left <= 0:
-            break
-        if grant[tp] < lags[tp]:
-            grant[tp] += 1
-            left -= 1
-    return grant
-
-
 def make_stream_reader(options: Mapping[str, str], schema: StructType) -> TxnLogStreamReader:
     """The stream reader for Spark's ``options`` and ``schema``.
 
     Raises:
         InvalidOptionError: a bad option, ``endingOffsets``, ``isolationLevel`` = ``read_uncommitted``, or
             ``readPath`` = ``native`` (streams always use the Python reader).
+        TopicNotFoundError: ``subscribePattern`` matches no topic.
     """
+    from coordinator.store import open_store
+    from coordinator.topics import list_topics
     from txnsource.batch import refuse_native
 
     opts = parse_options(options, streaming=True)
     refuse_native(opts)
+    if opts.pattern is not None:
+        opts = with_topics(opts, list_topics(open_store(opts.path, opts.store, probe=False)))
     return TxnLogStreamReader(opts, schema)
