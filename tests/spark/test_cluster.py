@@ -141,7 +141,7 @@ def held(name):
 queries = []
 for name, (url, options) in stores.items():
     src = (spark.readStream.format("txnlog").options(**options).option("topic", "in")
-           .option("startingOffsets", "earliest").option("maxRecordsPerTrigger", "50").load(url)
+           .option("startingOffsets", "earliest").option("maxRecordsPerTrigger", "100").load(url)
            .selectExpr("id", "upper(grp) AS grp"))
     queries.append(
         src.mapInArrow(held(name), src.schema).writeStream.format("txnlog").options(**options)
@@ -245,8 +245,8 @@ def test_stream_with_its_driver_killed_mid_stream_is_exactly_once(tmp_path: Path
         create_topic(open_store(url, options), "in", pa.schema([("id", pa.int64()), ("grp", pa.string())]),
                      partitions=2)
         for p in range(2):
-            produce(url, "in", [[{"id": i, "grp": f"g{i % 3}"} for i in ids[b:b + 50] if i % 2 == p]
-                                for b in range(0, 400, 50)], partition=p, tid=f"w{p}", options=options)
+            produce(url, "in", [[{"id": i, "grp": f"g{i % 3}"} for i in ids[b:b + 200] if i % 2 == p]
+                                for b in range(0, 400, 200)], partition=p, tid=f"w{p}", options=options)
     script = tmp_path / "stream.py"
     script.write_text(STREAM_CHILD)
     log, cp = tmp_path / "child.log", tmp_path / "cp"
