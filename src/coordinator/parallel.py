@@ -64,12 +64,14 @@ def pmap(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
         with faults.injected(injector):
             return fn(x)
 
-    futures = [_executor("io").submit(run, x) for x in todo]
+    futures = [(_executor("io").submit(run, x), x) for x in todo]
     results: list[R] = []
     error: BaseException | None = None
-    for f in futures:
+    for f, x in futures:
         try:
-            results.append(f.result())
+            # A call no worker has started yet runs here: a caller never waits on work queued behind workers
+            # that may be waiting for a lock this caller holds.
+            results.append(run(x) if f.cancel() else f.result())
         except BaseException as exc:  # noqa: BLE001 - re-raised below, after every request has finished
             if error is None:
                 error = exc
@@ -109,4 +111,8 @@ def _submit(kind: str, fn: Callable[[], R]) -> Callable[[], R]:
             return fn()
 
     future = _executor(kind).submit(run)
-    return future.result
+
+    def wait() -> R:
+        return run() if future.cancel() else future.result()  # not started yet: run it here (see pmap)
+
+    return wait

@@ -341,8 +341,9 @@ class TransactionLog:
         Raises:
             CorruptLogError: the entry is gone (truncated) or damaged.
         """
-        with self._lock:
-            got = self._recent.get(seq)
+        # Single dict reads, atomic without the log's lock: pool workers call this while another thread may hold
+        # the lock and wait for them.
+        got = self._recent.get(seq)
         if got is not None:
             return got
         found = self._get_entry(seq)
@@ -354,16 +355,14 @@ class TransactionLog:
         """Partition record ``idx`` computed from the log entry that defines it, when this process read that
         entry; None when it did not (the record then predates the checkpoint this process started from, so it
         exists in the store)."""
-        with self._lock:
-            seq = self._record_seq.get((topic, partition, idx))
+        seq = self._record_seq.get((topic, partition, idx))  # atomic without the lock (see entry)
         if seq is None:
             return None
         return records_of(self.entry(seq)).get((topic, partition))
 
     def decision(self, request_id: str) -> tuple[Item, int] | None:
         """The item that decided ``request_id`` and its entry, if this process read it."""
-        with self._lock:
-            return self._decisions.get(request_id)
+        return self._decisions.get(request_id)  # atomic without the lock (see entry)
 
     # -- submitting -------------------------------------------------------------------------------------------
 
