@@ -48,6 +48,10 @@ from coordinator.segments import stage_segment  # noqa: E402
 SCHEMA = pa.schema([("v", pa.int64())])
 
 
+#: The ``s3.*`` options of the S3 endpoint in use (what a Spark job would pass).
+STORE_OPTIONS: dict[str, str] = {}
+
+
 @contextmanager
 def backend(kind: str) -> Iterator[Callable[[], Store]]:
     """A fresh store root; yields a function opening a new (raw, latency-free) store object on it."""
@@ -64,7 +68,11 @@ def backend(kind: str) -> Iterator[Callable[[], Store]]:
         from bench_core import s3_endpoint
 
         with s3_endpoint() as (url, opts):
-            yield lambda: open_store(url, opts)
+            STORE_OPTIONS.update(opts)
+            try:
+                yield lambda: open_store(url, opts)
+            finally:
+                STORE_OPTIONS.clear()
 
 
 def lat(raw: Store) -> LatencyStore:
@@ -203,7 +211,7 @@ def spark_commit_requests(kind: str, history: int = 50) -> dict[str, float]:
             with p.transaction():
                 p.send("s", [{"v": i}], partition=i % 2)
         schema = StructType([StructField("v", LongType())])
-        opts = {"path": raw.url, "topic": "s"}
+        opts = {"path": raw.url, "topic": "s", **STORE_OPTIONS}
         qid = str(uuid.uuid4())
         counts = []
         for batch in range(5):

@@ -19,8 +19,9 @@ from coordinator import faults
 T = TypeVar("T")
 R = TypeVar("R")
 
-#: Requests in flight at once, process-wide (environment ``TXNLOG_IO_THREADS``).
-MAX_WORKERS = int(os.environ.get("TXNLOG_IO_THREADS", "64"))
+#: Requests in flight at once, process-wide (environment ``TXNLOG_IO_THREADS``); threads start only as needed, so a
+#: process with few requests in flight keeps few. Object stores serve hundreds of requests in flight per client.
+MAX_WORKERS = int(os.environ.get("TXNLOG_IO_THREADS", "256"))
 #: Background jobs (derived work: partition records, checkpoints) running at once.
 MAX_BACKGROUND = 16
 
