@@ -87,21 +87,7 @@ def _produce(store: Store, i: int, start: float, seconds: float) -> tuple[int, i
     p.init_transactions()
     with p.transaction():  # warm up: imports, encoders, the log's view
         p.send("t", [{"v": i}], partition=i)
-    while time.time() < start:
-        time.sleep(0.002)
-    done = fails = 0
-    lat_s: list[float] = []
-    while time.time() < start + seconds:
-        t0 = time.monotonic()
-        try:
-            with p.transaction():
-                p.send("t", [{"v": i}], partition=i)
-            done += 1
-            lat_s.append(time.monotonic() - t0)
-        except Exception as exc:  # noqa: BLE001 - counted as a failure and reported
-            fails += 1
-            print(f"producer {i}: {type(exc).__name__}: {exc}", file=sys.stderr)
-    return done, fails, lat_s
+    return _produce_ready(p, i, start, seconds)
 
 
 def _proc_main(url: str, opts: dict[str, str], i: int, ready: Any, go: Any, seconds: float, out: Any) -> None:
@@ -128,8 +114,9 @@ def _produce_ready(p: Producer, i: int, start: float, seconds: float) -> tuple[i
                 p.send("t", [{"v": i}], partition=i)
             done += 1
             lat_s.append(time.monotonic() - t0)
-        except Exception:  # noqa: BLE001 - counted as a failure
+        except Exception as exc:  # noqa: BLE001 - counted as a failure and reported
             fails += 1
+            print(f"producer {i}: {type(exc).__name__}: {exc}", file=sys.stderr)
     return done, fails, lat_s
 
 

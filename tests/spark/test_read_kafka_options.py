@@ -4,11 +4,11 @@ Test data is written with the core Python client."""
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
 import pytest
+import test_read as base  # tests/spark is on sys.path (rootdir-relative test modules)
 from pyspark.errors import AnalysisException
 from read_helpers import SCHEMA, produce, rows
 
@@ -17,25 +17,7 @@ from coordinator.maintenance import apply_retention
 
 pytestmark = pytest.mark.spark
 
-
-def reader(spark: Any, lake: str, **options: Any) -> Any:
-    r = spark.read.format("txnlog")
-    for k, v in options.items():
-        r = r.option(k, v if isinstance(v, str) else json.dumps(v))
-    return r.load(lake)
-
-
-def ids(df: Any) -> list[int]:
-    return sorted(r.id for r in df.select("id").collect())
-
-
-@pytest.fixture
-def orders(lake: str) -> str:
-    """Topic ``orders`` with 2 partitions: p0 holds ids 0-9 (offsets 0-9, two transactions), p1 ids 100-104."""
-    create_topic(open_store(lake), "orders", SCHEMA, partitions=2)
-    produce(lake, "orders", [rows(0, 5), rows(5, 5)], partition=0)
-    produce(lake, "orders", [rows(100, 5)], partition=1)
-    return lake
+reader, ids, orders = base.reader, base.ids, base.orders
 
 
 def commit_times(lake: str, topic: str, partition: int) -> list[int]:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import test_stream_read  # tests/spark is on sys.path (rootdir-relative test modules)
 from pyspark.errors import AnalysisException, StreamingQueryException
 from read_helpers import SCHEMA, produce, rows
 
@@ -66,16 +67,7 @@ def wait_for(check: Any, seconds: float = 90) -> None:
         time.sleep(0.2)
 
 
-@pytest.fixture
-def orders(lake: str) -> str:
-    """Topic ``orders``: p0 holds ids 0-11 (3 transactions), p1 ids 100-106 (1 transaction)."""
-    create_topic(open_store(lake), "orders", SCHEMA, partitions=2)
-    produce(lake, "orders", [rows(0, 4), rows(4, 4), rows(8, 4)], partition=0)
-    produce(lake, "orders", [rows(100, 7)], partition=1, tid="other")
-    return lake
-
-
-ALL_IDS = list(range(12)) + list(range(100, 107))
+orders, ALL_IDS = test_stream_read.orders, test_stream_read.ALL_IDS
 
 
 def test_pattern_and_assign_streams(spark: Any, orders: str, tmp_path: Path) -> None:
