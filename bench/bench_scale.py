@@ -213,10 +213,10 @@ def _fresh_commit_requests(opts: dict[str, str], schema: Any, msg: Any, batch: i
     """Requests the fresh commit worker makes: ``streamWriter()`` and ``commit`` on store objects it opens itself."""
     import txnsink.plan as plan_module
     import txnsink.stream as stream_module
-    from coordinator import store as store_module
+    from coordinator import probe as probe_module
     from txnsink import make_stream_writer
 
-    store_module._PROBED.clear()  # a fresh process has verified nothing yet
+    probe_module._PROBED.clear()  # a fresh process has verified nothing yet
     opened: list[Store] = []
     real_open = plan_module.open_store
 

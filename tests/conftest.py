@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from moto.server import ThreadedMotoServer
 
-from coordinator.store import MemoryStore, Store, open_store
+from coordinator import MemoryStore, open_store
+from coordinator.store import Store
 from core_helpers import Backend
 from s3_lake import TEST_KEY, TEST_REGION, TEST_SECRET, S3Lake, close_admin, make_bucket
 

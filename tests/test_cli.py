@@ -20,11 +20,11 @@ import pytest
 from cli_lake import GROUP, TOPIC, Lake, build_lake, run, run_json
 from coordinator import Producer, TransactionCoordinator, create_topic, open_store
 from coordinator import inspect as ti
+from coordinator.backends.s3 import S3Store
 from coordinator.cli.config import DEFAULT_RETRY_ATTEMPTS, Settings, load_settings, read_config_file
 from coordinator.cli.schema import parse_schema
 from coordinator.coordinator import DEFAULT_TRANSACTION_TIMEOUT_MS, DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS
 from coordinator.errors import InvalidOptionError
-from coordinator.s3store import S3Store
 
 ROOT = Path(__file__).resolve().parents[1]
 CONSOLE = Path(sys.executable).parent / "txnlog"

@@ -14,8 +14,8 @@ import pyarrow as pa
 import pytest
 
 from coordinator import Consumer, Producer, create_topic
+from coordinator.backends.s3 import S3Store
 from coordinator.errors import CommitStateUnknownError, StoreError
-from coordinator.s3store import S3Store
 from coordinator.store import StoreOptions
 from s3_lake import TEST_KEY, TEST_SECRET, S3Lake
 from s3faults import ALL_FAULTS, HANG, INTERNAL, LOST_REPLY, RESET, SLOWDOWN, FaultProxy

@@ -14,9 +14,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from coordinator import create_topic
+from coordinator import LocalStore, MemoryStore, create_topic, open_store
 from coordinator.errors import InvalidOptionError, StoreError, UnsupportedStoreError
-from coordinator.store import TEMP_PREFIX, LocalStore, MemoryStore, Store, open_store, probe_conditional_writes
+from coordinator.probe import probe_conditional_writes
+from coordinator.store import TEMP_PREFIX, Store
 from s3_lake import TEST_KEY, TEST_SECRET, S3Lake
 from s3faults import FaultProxy
 
@@ -348,9 +349,9 @@ def test_probe_passes(store_url: tuple[str, dict[str, str]]) -> None:
         # the probe cleans up, leaving its verdict: a fresh process pays one GET instead of a probe
         (verdict,) = [i.path for i in st.list_info("")]
         assert verdict.startswith("_txn/probe/ok-")
-        from coordinator import store as store_module
+        from coordinator import probe as probe_module
 
-        store_module._PROBED.clear()
+        probe_module._PROBED.clear()
         fresh = open_store(url + "/probed", options)
         probe_conditional_writes(fresh)
         assert fresh.counters.snapshot() == {"get": 1}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from coordinator import InvalidOptionError, LocalStore, open_store
-from coordinator.store import local_path
+from coordinator.store_factory import local_path
 
 
 def test_opening_a_local_store_creates_nothing_until_the_first_write(tmp_path: Path) -> None:
@@ -54,7 +54,7 @@ def test_bad_store_urls_are_refused(url: str, fragment: str) -> None:
 
 
 def test_opening_creates_nothing_and_the_probe_precedes_the_first_write(tmp_path: Path) -> None:
-    from coordinator.store import probe_conditional_writes
+    from coordinator.probe import probe_conditional_writes
 
     root = tmp_path / "probed"
     store = open_store(str(root), probe=True)

@@ -1,6 +1,8 @@
 """txnlog core: the transactional, partitioned log on object storage. Never imports pyspark."""
 
 from coordinator import faults
+from coordinator.backends.local import LocalStore
+from coordinator.backends.memory import MemoryStore
 from coordinator.consumer import Consumer, read_snapshot
 from coordinator.coordinator import (
     CommitResult,
@@ -14,6 +16,7 @@ from coordinator.errors import (
     CommitStateUnknownError,
     ConcurrentCommitError,
     CorruptLogError,
+    GroupNotFoundError,
     InvalidNameError,
     InvalidOptionError,
     InvalidProducerEpochError,
@@ -36,13 +39,14 @@ from coordinator.producer import Producer, ProducerConfig, hash_partition, to_ta
 from coordinator.reader import METADATA_FIELDS, METADATA_NAMES, check_isolation, output_schema, read_slices
 from coordinator.records import SegmentRef, TxnState, app_txn_id, producer_txn_id
 from coordinator.segments import stage_segment
-from coordinator.store import LocalStore, MemoryStore, Store, StoreOptions, open_store
+from coordinator.store import Store, StoreOptions
+from coordinator.store_factory import open_store
 from coordinator.topics import TopicMeta, add_partitions, conform, create_topic, get_topic, list_topics
 
 __all__ = [
     "AlreadyCommittedError", "ClientClosedError", "CommitResult", "CommitStateUnknownError", "ConcurrentCommitError",
-    "Consumer",
-    "CorruptLogError", "IndexedSegment", "InvalidNameError", "InvalidOptionError", "InvalidProducerEpochError",
+    "Consumer", "CorruptLogError", "GroupNotFoundError", "IndexedSegment", "InvalidNameError", "InvalidOptionError",
+    "InvalidProducerEpochError",
     "InvalidTxnStateError", "LocalStore", "METADATA_FIELDS", "METADATA_NAMES", "MemoryStore",
     "NoStoreError", "OffsetOutOfRangeError", "OutOfOrderSequenceError", "PartitionLog", "Producer", "ProducerConfig",
     "ProducerFencedError", "ProducerIdentity", "SchemaMismatchError", "SegmentRef", "SegmentSlice", "Snapshot",

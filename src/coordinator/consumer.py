@@ -31,7 +31,8 @@ from coordinator.reader import (
     read_uncommitted,
     uncommitted_paths,
 )
-from coordinator.store import Store, StoreOptions, open_store
+from coordinator.store import Store, StoreOptions
+from coordinator.store_factory import open_store
 from coordinator.topics import get_topic
 
 TopicPartition = tuple[str, int]

@@ -86,3 +86,7 @@ class AlreadyCommittedError(InvalidTxnStateError):
 
 class ClientClosedError(TxnLogError):
     """A consumer was used after ``close()``."""
+
+
+class GroupNotFoundError(TxnLogError):
+    """The named consumer group has no committed offsets in the store."""

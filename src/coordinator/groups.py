@@ -15,8 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from coordinator.coordinator import TransactionCoordinator
-from coordinator.errors import InvalidOptionError, TopicNotFoundError
-from coordinator.inspect_common import GroupNotFoundError
+from coordinator.errors import GroupNotFoundError, InvalidOptionError, TopicNotFoundError
 from coordinator.layout import check_name
 
 #: The ways to choose new offsets (``plan_reset(to=...)``).

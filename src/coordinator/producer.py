@@ -46,7 +46,8 @@ from coordinator.layout import check_name
 from coordinator.partitioner import legacy_partition, partition_for
 from coordinator.records import SegmentRef
 from coordinator.segments import FORMATS, stage_segment
-from coordinator.store import Store, StoreOptions, open_store
+from coordinator.store import Store, StoreOptions
+from coordinator.store_factory import open_store
 from coordinator.topics import TopicMeta, conform, get_topic
 
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024

@@ -144,7 +144,7 @@ def create_topic(
     cfg = dict(config or {})
     check_partitioner(cfg)
     cfg.setdefault(PARTITIONER_KEY, CURRENT_PARTITIONER)
-    from coordinator.store import probe_conditional_writes
+    from coordinator.probe import probe_conditional_writes
     from coordinator.txnlog import ensure_format
 
     probe_conditional_writes(store)

@@ -62,9 +62,10 @@ from coordinator.layout import (
     txn_log_path,
 )
 from coordinator.partrecords import PartitionRecord, records_of
+from coordinator.probe import learn_verified, probe_conditional_writes, verified_writes
 from coordinator.records import FORMAT_VERSION, Item, LogEntry, check_format, decode_json, encode_json, item_partitions
 from coordinator.state import CoordinatorState
-from coordinator.store import Store, learn_verified, probe_conditional_writes, verified_writes
+from coordinator.store import Store
 
 if TYPE_CHECKING:
     from coordinator.partition import PartitionLog

@@ -43,7 +43,7 @@ def read_schema(options: Mapping[str, str]) -> StructType:
         TopicNotFoundError: a topic does not exist, or ``subscribePattern`` matches none.
         SchemaMismatchError: two topics type one column differently, or a column has no Spark type.
     """
-    from coordinator.store import open_store
+    from coordinator import open_store
     from coordinator.topics import get_topic, list_topics
     from txnsource.options import with_topics
     from txnsource.schema import to_spark_schema, union_schema

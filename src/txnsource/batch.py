@@ -53,8 +53,8 @@ class TxnLogBatchReader(DataSourceReader):
                 (offsets below the log start only with ``failOnDataLoss`` true).
             SchemaMismatchError: a user-given schema names a column none of the topics has.
         """
+        from coordinator import open_store
         from coordinator.coordinator import TransactionCoordinator
-        from coordinator.store import open_store
         from coordinator.topics import get_topic, list_topics
         from txnsource.offsets import batch_ranges, take_snapshot
         from txnsource.options import with_topics
@@ -86,7 +86,7 @@ class TxnLogBatchReader(DataSourceReader):
         Raises:
             CorruptLogError: a committed segment is missing or damaged.
         """
-        from coordinator.store import open_store
+        from coordinator import open_store
         from txnsource.planning import TxnInputPartition, read_partition
         from txnsource.schema import spark_arrow_schema
 

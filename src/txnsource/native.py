@@ -438,7 +438,7 @@ def projection(spark: SparkSession, schema: StructType | str | None, full: Struc
 
 
 def _native(spark: SparkSession, opts: ReadOptions, schema: StructType | str | None) -> DataFrame:
-    from coordinator.store import open_store
+    from coordinator import open_store
     from coordinator.topics import get_topic, list_topics
     from txnsource.options import with_topics
     from txnsource.schema import to_spark_schema, union_schema

@@ -83,8 +83,8 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _coordinator(self) -> TransactionCoordinator:
         if self._coord is None:
+            from coordinator import open_store
             from coordinator.coordinator import TransactionCoordinator
-            from coordinator.store import open_store
 
             self._store = open_store(self.options.path, self.options.store)
             self._coord = TransactionCoordinator(self._store)
@@ -289,7 +289,7 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         Raises:
             CorruptLogError: a committed segment is missing or damaged.
         """
-        from coordinator.store import open_store
+        from coordinator import open_store
         from txnsource.planning import TxnInputPartition, read_partition
         from txnsource.schema import spark_arrow_schema
 
@@ -307,7 +307,7 @@ def make_stream_reader(options: Mapping[str, str], schema: StructType) -> TxnLog
             ``readPath`` = ``native`` (streams always use the Python reader).
         TopicNotFoundError: ``subscribePattern`` matches no topic.
     """
-    from coordinator.store import open_store
+    from coordinator import open_store
     from coordinator.topics import list_topics
     from txnsource.batch import refuse_native
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from coordinator.store import MemoryStore  # noqa: E402
+from coordinator import MemoryStore  # noqa: E402
 from history.checker import Anomaly, History, check  # noqa: E402
 from history.workload import KNOWN_DEFECTS, params_for, run_history  # noqa: E402
 

@@ -2,7 +2,7 @@
 
 Both wrap a real backend (memory, local disk or S3) and forward every call to it; they only add failures.
 
-* :class:`FaultyStore` fails calls of every kind the way :class:`coordinator.s3store.S3Store` fails past its retry
+* :class:`FaultyStore` fails calls of every kind the way :class:`coordinator.backends.s3.S3Store` fails past its retry
   budget: a read or listing raises ``StoreError``; a plain put or delete raises ``StoreError`` before or *after* it
   was applied (S3 cannot tell which); a conditional create raises ``StoreError`` when it certainly did not apply,
   and otherwise applies (or not) and loses the reply, after which the client reads the object back (which may fail

@@ -29,16 +29,16 @@ from typing import IO, Any
 
 from coordinator.errors import (
     CommitStateUnknownError,
+    GroupNotFoundError,
     InvalidOptionError,
     NoStoreError,
     StoreError,
     TopicNotFoundError,
     TxnLogError,
 )
-from coordinator.humanize import fmt_age as fmt_age  # re-exported for the commands
-from coordinator.humanize import fmt_bytes as fmt_bytes
-from coordinator.humanize import iso
-from coordinator.inspect_common import GroupNotFoundError
+from coordinator.inspect.humanize import fmt_age as fmt_age  # re-exported for the commands
+from coordinator.inspect.humanize import fmt_bytes as fmt_bytes
+from coordinator.inspect.humanize import iso
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1

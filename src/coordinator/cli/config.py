@@ -20,11 +20,13 @@ from coordinator.coordinator import (
     TransactionCoordinator,
 )
 from coordinator.errors import InvalidOptionError
-from coordinator.inspect_common import require_store
+from coordinator.inspect.common import require_store
 from coordinator.partition import DEFAULT_CHECKPOINT_INTERVAL as DEFAULT_PARTITION_CHECKPOINT_INTERVAL
+from coordinator.probe import probe_conditional_writes
 from coordinator.producer import DEFAULT_SEGMENT_BYTES
 from coordinator.segments import FORMATS
-from coordinator.store import Store, StoreOptions, open_store, probe_conditional_writes
+from coordinator.store import Store, StoreOptions
+from coordinator.store_factory import open_store
 from coordinator.txnlog import DEFAULT_CHECKPOINT_INTERVAL as DEFAULT_LOG_CHECKPOINT_INTERVAL
 
 ENV_STORE = "TXNLOG_STORE"

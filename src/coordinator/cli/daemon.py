@@ -30,7 +30,7 @@ from coordinator.cli.common import EXIT_OK, EXIT_STORE, Output, exit_code_for, f
 from coordinator.cli.config import Settings
 from coordinator.coordinator import TransactionCoordinator
 from coordinator.errors import InvalidOptionError, TxnLogError
-from coordinator.inspect_common import utc
+from coordinator.inspect.common import utc
 from coordinator.txnlog import now_ms
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from coordinator.coordinator import TransactionCoordinator
 from coordinator.errors import CorruptLogError, TxnLogError
-from coordinator.inspect_common import ProgressFn
+from coordinator.inspect.common import ProgressFn
 from coordinator.layout import (
     TOPICS,
     TXN_CHECKPOINT,

@@ -1,6 +1,6 @@
 """Read-only views of transactions: transactional ids, open transactions, recent decisions, one transaction's
 story, the log's history (like ``DeltaTable.history()``) and a consumer group's lag over time. Row vocabulary:
-see :mod:`coordinator.inspect_common`. Nothing here writes to the store.
+see :mod:`coordinator.inspect.common`. Nothing here writes to the store.
 
 What a decision touched: a commit names its partitions, records and groups in its log entry. An abort names none
 of them (the log records only the decision), so for aborted, refused and open transactions the partitions, files
@@ -20,7 +20,7 @@ from coordinator import parallel
 from coordinator.coordinator import GROUP_TID_PREFIX, TransactionCoordinator
 from coordinator.decisions import decided_by_name
 from coordinator.errors import CorruptLogError, TopicNotFoundError
-from coordinator.inspect_common import ABORTED, COMMITTED, ONGOING, UNKNOWN, coord_for, utc
+from coordinator.inspect.common import ABORTED, COMMITTED, ONGOING, UNKNOWN, coord_for, utc
 from coordinator.layout import (
     TXN_CHECKPOINT,
     TXN_INTENTS,

@@ -50,7 +50,7 @@ def iso(value: dt.datetime | dt.date | dt.time) -> str:
 
 def human(column: str, value: object) -> str:
     """One value of a view's row as people read it, by its column's vocabulary (see
-    :mod:`coordinator.inspect_common`): instants in ISO-8601 UTC, ``*_ms`` durations and ``bytes`` in human units,
+    :mod:`coordinator.inspect.common`): instants in ISO-8601 UTC, ``*_ms`` durations and ``bytes`` in human units,
     lists joined, None as ``-``."""
     if value is None:
         return "-"

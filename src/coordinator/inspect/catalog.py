@@ -1,22 +1,5 @@
-"""Read-only inspection of a store: topics, partitions, segments, consumer groups and lag, record dumps; and,
-re-exported from their modules, transactions (:mod:`coordinator.inspect_txns`) and integrity checks
-(:mod:`coordinator.inspect_verify`). Rows are plain dicts in one vocabulary (:mod:`coordinator.inspect_common`):
-the command line prints them, notebooks turn them into DataFrames (:mod:`coordinator.explore`).
-
-Nothing here writes to the store: a partition record not yet written is computed from the log entry that defines
-it, and offsets come from the log's state. A damaged partition does not stop the views of the others: its row
-carries ``damaged`` (the error, naming the file) and the figures it could not read are None.
-
-```python
-from coordinator import open_store
-from coordinator import inspect as ti
-store = open_store("file:///data/lake", probe=False)
-ti.require_store(store)             # NoStoreError when nothing txnlog wrote is there
-ti.topics(store)                    # one row per topic
-ti.transactions(store)["open"]      # producer transactions that staged data and are not decided
-ti.verify(store)                    # [] when every file is sound
-```
-"""
+"""Read-only views of topics, partitions, segments, consumer groups and lag, and record dumps (see
+:mod:`coordinator.inspect`)."""
 
 from __future__ import annotations
 
@@ -26,43 +9,16 @@ from typing import Any
 import pyarrow as pa
 
 from coordinator.coordinator import TransactionCoordinator
-from coordinator.errors import InvalidOptionError, TopicNotFoundError, TxnLogError
-from coordinator.inspect_common import (
-    ABORTED,
-    COMMITTED,
-    ONGOING,
-    STATES,
-    UNKNOWN,
-    GroupNotFoundError,
-    ProgressFn,
-    coord_for,
-    require_store,
-    utc,
-)
-from coordinator.inspect_txns import (
-    decision_rows,
-    find_transaction,
-    history,
-    lag_history,
-    log_tail,
-    recent_transactions,
-    staged_by_txn,
-    transactions,
-)
-from coordinator.inspect_verify import Problem, RecordRepair, VerifyReport, repair_plan, verify
+from coordinator.errors import GroupNotFoundError, InvalidOptionError, TopicNotFoundError, TxnLogError
+from coordinator.inspect.common import ProgressFn, coord_for, utc
 from coordinator.partition import PartitionLog
 from coordinator.reader import output_schema, read_slices, uncommitted_paths
 from coordinator.state import CoordinatorState
 from coordinator.store import Store
 from coordinator.topics import get_topic, list_topics
 
-__all__ = [
-    "ABORTED", "COMMITTED", "ONGOING", "STATES", "UNKNOWN", "GroupNotFoundError", "InvalidOptionError", "Problem",
-    "ProgressFn", "RecordRepair", "VerifyReport", "decision_rows", "describe_topic", "dump", "find_transaction",
-    "groups", "history", "iter_dump", "lag", "lag_history", "log_tail", "partition_info", "partitions",
-    "recent_transactions", "repair_plan", "require_store", "segments", "staged_by_txn", "topics", "transactions",
-    "utc", "verify",
-]
+__all__ = ["describe_topic", "dump", "groups", "iter_dump", "lag", "partition_info", "partitions", "segments",
+           "topics"]
 
 
 # -- topics and partitions ----------------------------------------------------------------------------------------

@@ -1,22 +1,5 @@
-"""Exploring a store in Jupyter: readable views of a store, a topic and a transaction (HTML tables with times and
-sizes for people), pandas DataFrames ready to analyse and plot, and plot helpers (:mod:`coordinator.explore_plots`).
-
-```python
-from coordinator.explore import StoreView
-lake = StoreView.open("file:///data/lake")
-lake                          # topics, producers and open transactions as HTML tables
-lake.partitions()             # every partition, indexed by (topic, partition)
-lake.segments("orders")       # live segments: which partitions need compaction
-lake.history()                # one row per decision of the log, newest first (like DeltaTable.history())
-lake.lag_history("billing")   # lag over time, from the offset commits in the log
-lake.read("orders")           # the committed records as pandas (as_arrow=True: a pyarrow Table)
-lake.plot_commits("orders")   # records per commit over time
-```
-
-DataFrames follow one vocabulary: instants are ``datetime64[ns, UTC]`` columns, durations ``timedelta64`` columns
-(a row's ``age_ms`` becomes ``age``), sizes are bytes, no column holds dicts or lists (lists become comma-joined
-strings). Everything here is read-only (see :mod:`coordinator.inspect`).
-"""
+"""The views behind :mod:`coordinator.explore`: a store, a topic and a transaction as HTML for people and as pandas
+DataFrames."""
 
 from __future__ import annotations
 
@@ -31,9 +14,10 @@ import pyarrow as pa
 from coordinator import inspect as ti
 from coordinator.consumer import read_snapshot
 from coordinator.coordinator import TransactionCoordinator
-from coordinator.humanize import fmt_bytes, human
+from coordinator.inspect.humanize import fmt_bytes, human
 from coordinator.layout import check_name
-from coordinator.store import Store, StoreOptions, open_store
+from coordinator.store import Store, StoreOptions
+from coordinator.store_factory import open_store
 from coordinator.topics import get_topic, list_topics
 
 if TYPE_CHECKING:
@@ -69,7 +53,8 @@ def to_frame(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = 
 
 def html_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], caption: str = "",
                headers: Sequence[str] | None = None) -> str:
-    """An HTML table of rows with values for people (:func:`coordinator.humanize.human`); numbers right-aligned."""
+    """An HTML table of rows with values for people (:func:`coordinator.inspect.humanize.human`); numbers
+    right-aligned."""
     heads = headers or columns
     head = "".join(f"<th>{html.escape(h)}</th>" for h in heads)
     body = []
@@ -284,20 +269,20 @@ class StoreView:
     # -- plots ------------------------------------------------------------------------------------------------
 
     def plot_commits(self, topic: str, ax: Axes | None = None) -> Axes:
-        """Records per commit over time (see :func:`coordinator.explore_plots.plot_commits`)."""
-        from coordinator.explore_plots import plot_commits
+        """Records per commit over time (see :func:`coordinator.explore.plots.plot_commits`)."""
+        from coordinator.explore.plots import plot_commits
 
         return plot_commits(self.commits(topic), topic, ax)
 
     def plot_lag(self, group: str, ax: Axes | None = None) -> Axes:
-        """A group's total lag over time (see :func:`coordinator.explore_plots.plot_lag`)."""
-        from coordinator.explore_plots import plot_lag
+        """A group's total lag over time (see :func:`coordinator.explore.plots.plot_lag`)."""
+        from coordinator.explore.plots import plot_lag
 
         return plot_lag(self.lag_history(group), group, ax)
 
     def plot_transactions(self, ax: Axes | None = None) -> Axes:
-        """Transactions by state over time (see :func:`coordinator.explore_plots.plot_transactions`)."""
-        from coordinator.explore_plots import plot_transactions
+        """Transactions by state over time (see :func:`coordinator.explore.plots.plot_transactions`)."""
+        from coordinator.explore.plots import plot_transactions
 
         return plot_transactions(self.transactions(), ax)
 

@@ -1,5 +1,5 @@
-"""What the read-only inspection modules (:mod:`coordinator.inspect`, :mod:`coordinator.inspect_txns`,
-:mod:`coordinator.inspect_verify`) share: the store check, time values, and the vocabulary of their rows.
+"""What the read-only inspection modules (:mod:`coordinator.inspect`, :mod:`coordinator.inspect.txns`,
+:mod:`coordinator.inspect.verify`) share: the store check, time values, and the vocabulary of their rows.
 
 Rows are plain dicts with one vocabulary everywhere (the command line's ``--json`` prints them as they are):
 
@@ -18,7 +18,7 @@ import datetime as dt
 from collections.abc import Callable
 
 from coordinator.coordinator import TransactionCoordinator
-from coordinator.errors import NoStoreError, TxnLogError, UnsupportedFormatError
+from coordinator.errors import NoStoreError, UnsupportedFormatError
 from coordinator.layout import FORMAT_PATH, TXN, TXN_LOG
 from coordinator.records import FORMAT_VERSION, TxnState, decode_json
 from coordinator.store import Store
@@ -32,10 +32,6 @@ ABORTED = TxnState.COMPLETE_ABORT.value
 UNKNOWN = "Unknown"
 #: Every state a transaction row may show.
 STATES = (ONGOING, COMMITTED, ABORTED, UNKNOWN)
-
-
-class GroupNotFoundError(TxnLogError):
-    """The named consumer group has no committed offsets in the store."""
 
 
 def utc(ms: int | float | None) -> dt.datetime | None:

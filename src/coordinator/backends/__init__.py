@@ -1,0 +1,9 @@
+"""Store backends, each meeting the contract of :mod:`coordinator.store`:
+
+- :mod:`coordinator.backends.memory` (``memory://``): a lock and a dict, for the life of the process;
+- :mod:`coordinator.backends.local` (plain paths, ``file:``): a temp file linked to its final name, fsynced;
+- :mod:`coordinator.backends.s3` (``s3://``): ``PutObject`` with ``If-None-Match: *`` (imports s3fs and botocore).
+
+Open one from a URL with :func:`coordinator.open_store` (:mod:`coordinator.store_factory`); backends never import the
+factory.
+"""

@@ -1,0 +1,38 @@
+"""What every maintenance task shares: its report, the defaults and the time allowances."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+DEFAULT_COMPACT_TARGET_BYTES = 64 * 1024 * 1024
+DEFAULT_GC_GRACE_MS = 24 * 3600 * 1000
+#: Allowance for the clocks of the writer that stamps a replace and of the store that stamps its merged file.
+CLOCK_SKEW_MS = 10 * 60 * 1000
+#: File names of compaction outputs start with this (then a random id).
+COMPACTED_PREFIX = "r."
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class MaintenanceReport:
+    """What a maintenance pass did, per kind."""
+
+    merged_groups: int = 0
+    segments_before: int = 0
+    segments_after: int = 0
+    retained_records: int = 0
+    deleted_files: list[str] = field(default_factory=list)
+    deleted_bytes: int = 0
+    reaped: list[str] = field(default_factory=list)
+
+    def add(self, other: MaintenanceReport) -> None:
+        self.merged_groups += other.merged_groups
+        self.segments_before += other.segments_before
+        self.segments_after += other.segments_after
+        self.retained_records += other.retained_records
+        self.deleted_files += other.deleted_files
+        self.deleted_bytes += other.deleted_bytes
+        self.reaped += other.reaped
+

@@ -1,0 +1,92 @@
+"""Compaction: merge runs of small live segments into one, published as a ``replace`` decision through the log."""
+
+from __future__ import annotations
+
+import uuid
+import zlib
+
+import pyarrow as pa
+
+from coordinator import parallel
+from coordinator.coordinator import TransactionCoordinator
+from coordinator.decisions import LayoutRequest
+from coordinator.errors import InvalidOptionError
+from coordinator.layout import (
+    data_path,
+    segment_name,
+)
+from coordinator.maintenance.common import COMPACTED_PREFIX, DEFAULT_COMPACT_TARGET_BYTES, MaintenanceReport
+from coordinator.partition import IndexedSegment
+from coordinator.records import MarkerSegment, ReplaceItem
+from coordinator.segments import encode_table, read_segment
+from coordinator.txnlog import now_ms
+
+
+def _groups(segs: list[IndexedSegment], target: int, start: int) -> list[list[IndexedSegment]]:
+    """Runs of consecutive small segments (at least two) whose merged size stays near ``target``."""
+    out: list[list[IndexedSegment]] = []
+    cur: list[IndexedSegment] = []
+    size = 0
+    for s in segs:
+        if s.base_offset < start or s.size >= target:
+            if len(cur) > 1:
+                out.append(cur)
+            cur, size = [], 0
+            continue
+        if size + s.size > target and cur:
+            if len(cur) > 1:
+                out.append(cur)
+            cur, size = [], 0
+        cur.append(s)
+        size += s.size
+    if len(cur) > 1:
+        out.append(cur)
+    return out
+
+
+def compact_partition(
+    coord: TransactionCoordinator,
+    topic: str,
+    partition: int,
+    *,
+    target_bytes: int = DEFAULT_COMPACT_TARGET_BYTES,
+    fmt: str = "parquet",
+    now: int | None = None,
+) -> MaintenanceReport:
+    """Merge small segments of one partition. Concurrent commits are fine (they never change the layout of
+    existing offsets); a compaction that raced another one or retention is refused and its file deleted.
+
+    Raises:
+        InvalidOptionError: non-positive target.
+        CorruptLogError: a segment to merge fails its checksum (nothing is replaced).
+    """
+    if target_bytes <= 0:
+        raise InvalidOptionError(f"compaction target size must be positive, got {target_bytes}")
+    coord.log.refresh()
+    plog = coord.partition(topic, partition)
+    plog.refresh()
+    report = MaintenanceReport(segments_before=len(plog.segments))
+    for group in _groups(list(plog.segments), target_bytes, plog.start_offset):
+        layout = coord.log.state.partition(topic, partition).layout
+        tables = parallel.pmap(lambda s: read_segment(coord.store, s.path, size=s.size, crc32=s.crc32), group)
+        merged = pa.concat_tables(tables)
+        data = encode_table(merged, fmt)
+        ext = ".parquet" if fmt == "parquet" else ".arrow"
+        path = data_path(topic, partition, segment_name(f"{COMPACTED_PREFIX}{uuid.uuid4().hex}", "merged") + ext)
+        staged_at = now_ms() if now is None else now
+        coord.store.put(path, data)
+        item = ReplaceItem("", topic=topic, partition=partition, layout=layout, base=group[0].base_offset,
+                           end=group[-1].end_offset, replaces=tuple(s.path for s in group),
+                           segment=MarkerSegment(path, merged.num_rows, len(data), zlib.crc32(data)),
+                           runs=tuple(r for s in group for r in s.run_list()), staged_at=staged_at)
+        out = coord.log.submit(LayoutRequest(f"r-{uuid.uuid4().hex}", item=item))
+        if out.status == "done":
+            report.merged_groups += 1
+            plog.refresh()
+        else:
+            coord.store.delete(path)
+            break  # the layout moved: plan again on the next pass
+    plog.refresh()
+    report.segments_after = len(plog.segments)
+    return report
+

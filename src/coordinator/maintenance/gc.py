@@ -1,0 +1,92 @@
+"""Garbage collection: delete segment files no live index entry names, judged on the store's clock."""
+
+from __future__ import annotations
+
+from coordinator import parallel
+from coordinator.coordinator import TransactionCoordinator
+from coordinator.decisions import MAX_PUBLISH_MS
+from coordinator.errors import InvalidOptionError
+from coordinator.layout import (
+    data_dir,
+    marker_dir,
+    parse_seq,
+    txn_of_file,
+)
+from coordinator.maintenance.common import CLOCK_SKEW_MS, COMPACTED_PREFIX, DEFAULT_GC_GRACE_MS, MaintenanceReport
+from coordinator.records import parse_txn_id
+
+
+def gc_partition(
+    coord: TransactionCoordinator,
+    topic: str,
+    partition: int,
+    *,
+    grace_ms: int = DEFAULT_GC_GRACE_MS,
+    now: float | None = None,
+    dry_run: bool = False,
+) -> MaintenanceReport:
+    """Delete segment files of one partition that no commit names or can still name (see the module docstring).
+    ``now`` is the store's time in ms (tests); by default it is read from the store.
+
+    Raises:
+        InvalidOptionError: a negative grace period.
+    """
+    if grace_ms < 0:
+        raise InvalidOptionError(f"GC grace period must not be negative, got {grace_ms}")
+    infos = coord.store.list_info(data_dir(topic, partition))
+    t = coord.store.now() * 1000 if now is None else now
+    # A copy: the reaps below refresh the log, and every file must be judged against the state the live set
+    # (read after it) covers.
+    st = coord.log.refresh().copy()
+    plog = coord.partition(topic, partition)
+    plog.refresh()
+    live = {s.path for s in plog.segments}
+    record_times = {}
+    if any(i.path in plog.retired for i in infos):
+        record_times = {parse_seq(i.path.rsplit("/", 1)[-1]): i.mtime * 1000
+                        for i in coord.store.list_info(marker_dir(topic, partition))}
+    report = MaintenanceReport()
+    doomed = []
+    for info in infos:
+        if info.path in live:
+            continue
+        age = t - info.mtime * 1000
+        if info.path in plog.retired:
+            ts, idx = plog.retired[info.path]
+            if t - record_times.get(idx, ts) > grace_ms:
+                doomed.append(info)
+            continue
+        if age <= grace_ms:
+            continue
+        txn = txn_of_file(info.path.rsplit("/", 1)[-1])
+        if txn is None:
+            continue  # not a file txnlog wrote: left alone
+        if txn.startswith(COMPACTED_PREFIX):
+            if age > MAX_PUBLISH_MS + CLOCK_SKEW_MS:
+                doomed.append(info)  # unpublished merged file: a replace published this late is refused
+            continue
+        ref = parse_txn_id(txn)
+        if ref is None:
+            continue
+        if ref.kind == "p":
+            meta = st.producer_by_pid(ref.pid)
+            decided = (ref.pid < st.next_pid) if meta is None else \
+                meta.epoch > ref.epoch or (meta.epoch == ref.epoch and ref.n <= meta.last_txn)
+            if decided:
+                doomed.append(info)
+            continue
+        am = st.apps.get(ref.app)
+        if am is not None and (ref.version <= am.version or (ref.version, ref.token) in am.reaped):
+            doomed.append(info)
+        elif not dry_run and coord.abort_app(ref.app, ref.version, ref.token, reason="reaped by GC"):
+            report.reaped.append(txn)
+            doomed.append(info)
+        elif dry_run:
+            doomed.append(info)
+    for info in doomed:
+        report.deleted_files.append(info.path)
+        report.deleted_bytes += info.size
+    if not dry_run:
+        parallel.pmap(lambda i: coord.store.delete(i.path), doomed)
+    return report
+

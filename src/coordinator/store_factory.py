@@ -1,0 +1,76 @@
+"""Opening a store from a URL: the one place that knows every backend (see :mod:`coordinator.backends`). No backend
+imports this module, and the S3 backend (s3fs, botocore) is imported only when an ``s3://`` URL is opened."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from coordinator.backends.local import LocalStore
+from coordinator.backends.memory import MemoryStore
+from coordinator.errors import InvalidOptionError
+from coordinator.store import Store, StoreOptions
+
+__all__ = ["local_path", "open_store"]
+
+
+def local_path(url: str) -> str | None:
+    """The absolute local folder a ``file:`` URL or a plain path names; None for any other scheme.
+
+    Accepted: plain paths (relative ones are made absolute), ``file:/abs/path``, ``file:///abs/path`` and
+    ``file://localhost/abs/path``; ``%xx`` escapes in ``file:`` URLs are decoded. A Windows drive letter is not a
+    scheme.
+
+    Raises:
+        InvalidOptionError: a ``file:`` URL naming another host, or a relative one (``file:data``).
+    """
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme.lower() != "file":
+        if "://" in url or (parts.scheme and len(parts.scheme) > 1):
+            return None
+        return os.path.abspath(url)
+    if parts.netloc not in ("", "localhost"):
+        raise InvalidOptionError(
+            f"store URL {url!r} names host {parts.netloc!r}: file URLs must be local (file:///abs/path or "
+            "file:/abs/path)"
+        )
+    path = unquote(parts.path)
+    if not path.startswith("/"):
+        raise InvalidOptionError(f"store URL {url!r} is not an absolute path (use file:///abs/path or a plain path)")
+    return os.path.normpath(path)
+
+
+def open_store(
+    url: str, options: Mapping[str, str] | StoreOptions | None = None, *, probe: bool = True
+) -> Store:
+    """Open the store rooted at ``url``: a plain path, ``file:/abs``, ``file:///abs``, ``memory://name`` or
+    ``s3://bucket/prefix``.
+
+    Opening reads and writes nothing. With ``probe`` (the default) the store is checked to honour conditional
+    writes before the first one this process makes (:func:`probe_conditional_writes`); ``probe=False`` trusts it.
+
+    Raises:
+        InvalidOptionError: the URL scheme is not supported, or a ``file:`` URL is not a local absolute path.
+    """
+    opts = options if isinstance(options, StoreOptions) else StoreOptions.from_options(options or {})
+    if not isinstance(url, str) or not url.strip():
+        raise InvalidOptionError(f"store path {url!r} is empty; give a local folder, file://, s3:// or memory://")
+    url = url.strip()
+    store: Store
+    if url.startswith("memory://"):
+        store = MemoryStore(url)
+    elif (folder := local_path(url)) is not None:
+        store = LocalStore("file://" + folder, folder)
+    elif url.startswith(("s3://", "s3a://")):
+        from coordinator.backends.s3 import S3Store
+
+        tuning = {k: v for k, v in (("max_attempts", opts.max_attempts), ("time_budget", opts.time_budget),
+                                    ("connect_timeout", opts.connect_timeout), ("read_timeout", opts.read_timeout))
+                  if v is not None}
+        store = S3Store(url, opts, **tuning)  # type: ignore[arg-type]
+    else:
+        raise InvalidOptionError(f"store URL scheme of {url!r} is not supported (use a path, file://, s3://, memory://)")
+    store.probe_required = probe
+    return store
