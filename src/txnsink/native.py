@@ -250,7 +250,7 @@ def partition_udf(meta: TopicMeta, key: Sequence[str]) -> Any:
 
     with warnings.catch_warnings():  # the hints name pyarrow, imported here only: the type is given instead
         warnings.simplefilter("ignore", UserWarning)
-        return arrow_udf(place, "int", ArrowUDFType.SCALAR)  # type: ignore[call-overload]
+        return arrow_udf(place, "int", ArrowUDFType.SCALAR)
 
 
 def _spark_write(frame: DataFrame, url: str, keyed: bool, fs_options: Mapping[str, str]) -> None:
