@@ -230,7 +230,7 @@ def test_fallbacks_say_why(spark: Any, lake: str) -> None:
     prod.init_transactions()
     with prod.transaction():
         prod.send("nanos", nanos)
-    df = spark.range(2).selectExpr("timestamp_seconds(id) as t")
+    df = spark.range(2).selectExpr("cast(timestamp_seconds(id) as timestamp_ntz) as t")
     got = txnsink.write(df, lake, "nanos")
     assert got.path == "python" and "timestamp[ns]" in (got.reason or "")
     assert topic_rows(lake, "nanos").num_rows == 3
@@ -238,10 +238,6 @@ def test_fallbacks_say_why(spark: Any, lake: str) -> None:
         txnsink.write(df, lake, "nanos", writePath="native")
     with pytest.raises(InvalidOptionError, match=r"'writePath' = 'fast' is not one of auto, native, python"):
         txnsink.write(df, lake, "nanos", writePath="fast")
-    routed = spark.range(3).selectExpr("id", "cast(id % 2 as int) as partition")
-    got = txnsink.write(routed, lake, "routed", numPartitions=2)
-    assert got.path == "python" and "partition column" in (got.reason or "")
-    assert sorted(topic_rows(lake, "routed").column("_partition").to_pylist()) == [0, 0, 1]
 
 
 @pytest.mark.s3
@@ -263,7 +259,7 @@ def test_gc_and_compaction_accept_native_files(spark: Any, lake: str) -> None:
                       numPartitions=1, writePath="native")
     before = topic_rows(lake, "m").sort_by("_offset")
     coord = TransactionCoordinator(open_store(lake))
-    assert len(compact_partition(coord, "m", 0).replaced) >= 1
+    assert compact_partition(coord, "m", 0).merged_groups >= 1
     future = coord.store.now() * 1000 + 10 * 24 * 3600 * 1000
     report = gc_partition(coord, "m", 0, grace_ms=0, now=future)
     assert report.deleted_files  # the compacted-away native files
