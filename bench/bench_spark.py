@@ -1,6 +1,8 @@
 """Spark benchmark, side by side in one run on the same data and the same local SparkSession:
 
-1. batch write: ``df.write.format("txnlog")`` against Spark's own Parquet writer;
+1. batch write: ``df.write.format("txnlog")`` and the native write path (``txnsink.write``), without a key and
+   keyed on the timestamp column, against Spark's own Parquet writer (``df.write.parquet``), interleaved run by run
+   (``--write-runs``, default 3): each row reports the median time and the median and max ratio over the runs;
 2. batch reads (see :mod:`bench_read`): every column into the ``noop`` sink, an aggregate over all six columns,
    an aggregate over two of them, through the data source (``spark.read.format("txnlog")``) and the native path
    (``txnsource.read``), against Spark's Parquet reader; and a streaming read of 1,000 records of a 1M-record
@@ -9,6 +11,7 @@
    sink, and a txnlog -> txnlog pipeline; time per micro-batch.
 
     python bench/bench_spark.py [--rows 10000000] [--partitions 8] [--batches 10] [--repeat 2] [--read-rounds 5]
+                                [--write-runs 3] [--writes-only]
 
 It prints the timings and ratios (txnlog / Spark; below 1 means txnlog was faster).
 """
@@ -68,6 +71,61 @@ def best(fn: Callable[[], Any], repeat: int, reset: Callable[[], None] | None = 
     return min(times)
 
 
+def write_runs(spark: Any, df: Any, tmp: str, partitions: int, runs: int) -> dict[str, list[float]]:
+    """Seconds of each write per run, interleaved (Spark's Parquet writer first in every run). The data source's
+    unkeyed write of the last run stays in ``{tmp}/lake`` (topic ``bench``) for the reads."""
+    import txnsink
+
+    lake = f"{tmp}/lake"
+
+    def parquet() -> None:
+        df.write.mode("overwrite").parquet(f"{tmp}/parquet")
+
+    def source(key: str | None, root: str) -> Callable[[], None]:
+        def go() -> None:
+            w = df.write.format("txnlog").option("topic", "bench").option("numPartitions", str(partitions))
+            (w.option("partitionKey", key) if key else w).mode("append").save(root)
+        return go
+
+    def native(key: str | None) -> Callable[[], None]:
+        def go() -> None:
+            got = txnsink.write(df, f"{tmp}/lake-native", "bench", key=key, numPartitions=partitions,
+                                writePath="native")
+            assert got.path == "native", got.reason
+        return go
+
+    writes: dict[str, Callable[[], None]] = {
+        "spark": parquet, "source": source(None, lake), "native": native(None),
+        "source_keyed": source("event_time", f"{tmp}/lake-keyed"), "native_keyed": native("event_time"),
+    }
+    folders = {"spark": "parquet", "source": "lake", "native": "lake-native", "source_keyed": "lake-keyed",
+               "native_keyed": "lake-native"}
+    times: dict[str, list[float]] = {k: [] for k in writes}
+    for _ in range(runs):
+        for name, fn in writes.items():
+            shutil.rmtree(f"{tmp}/{folders[name]}", ignore_errors=True)
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    for folder in ("lake-native", "lake-keyed"):
+        shutil.rmtree(f"{tmp}/{folder}", ignore_errors=True)
+    return times
+
+
+def print_writes(times: dict[str, list[float]]) -> None:
+    """One row per txnlog write: median seconds, Spark's median, median and max ratio over the runs."""
+    spark = times["spark"]
+    rows = [("data source, no key", "source", "1.1x"), ("native path, no key", "native", "1.05x"),
+            ("data source, keyed on timestamp", "source_keyed", "1.3x"),
+            ("native path, keyed on timestamp", "native_keyed", "1.3x")]
+    print(f"\nbatch write vs Spark's Parquet writer ({len(spark)} interleaved runs; ratio per run)")
+    print(f"{'':<34}{'txnlog s':>10}{'Spark s':>10}{'median':>8}{'max':>8}{'target':>8}")
+    for label, name, target in rows:
+        ratios = [t / s for t, s in zip(times[name], spark, strict=True)]
+        print(f"{label:<34}{statistics.median(times[name]):>10.1f}{statistics.median(spark):>10.1f}"
+              f"{statistics.median(ratios):>7.2f}x{max(ratios):>7.2f}x{target:>8}")
+
+
 def stream_batches(spark: Any, query_fn: Callable[[str], Any], ckpt: str) -> tuple[float, int]:
     """Run a query to completion (availableNow); (median ms of a micro-batch, number of batches)."""
     q = query_fn(ckpt)
@@ -84,6 +142,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="best of N for batch timings")
     ap.add_argument("--read-rounds", type=int, default=5, help="rounds of the read measures (medians)")
     ap.add_argument("--cores", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--write-runs", type=int, default=3, help="interleaved runs of the batch writes")
+    ap.add_argument("--writes-only", action="store_true", help="only the batch writes (no reads, no streaming)")
     args = ap.parse_args()
 
     spark = session(args.cores)
@@ -92,16 +152,11 @@ def main() -> None:
         df = bench_frame(spark, args.rows, args.partitions)
         parquet, lake = f"{tmp}/parquet", f"{tmp}/lake"
 
-        def rm_parquet() -> None:
-            shutil.rmtree(parquet, ignore_errors=True)
-
-        def rm_lake() -> None:
-            shutil.rmtree(lake, ignore_errors=True)
-
-        w_spark = best(lambda: df.write.mode("overwrite").parquet(parquet), args.repeat, rm_parquet)
-        w_txn = best(lambda: df.write.format("txnlog").option("topic", "bench")
-                     .option("numPartitions", str(args.partitions)).mode("append").save(lake),
-                     args.repeat, rm_lake)
+        writes = write_runs(spark, df, tmp, args.partitions, args.write_runs)
+        if args.writes_only:
+            print(f"\n{args.rows:,} rows; {args.partitions} partitions; local[{args.cores}]")
+            print_writes(writes)
+            return
         n_txn = spark.read.format("txnlog").option("topic", "bench").load(lake).count()
         assert n_txn == args.rows, f"txnlog read {n_txn} rows, wrote {args.rows}"
         reads = read_measures(spark, parquet, lake, tmp, args.read_rounds)
@@ -139,7 +194,7 @@ def main() -> None:
     mb = "6 columns: long, int, double, string, timestamp, boolean"
     print(f"\n{args.rows:,} rows ({mb}); {args.partitions} partitions; local[{args.cores}]; best of {args.repeat}")
     print(f"{'':<34}{'txnlog s':>10}{'Spark s':>10}{'ratio':>8}{'target':>8}")
-    print(f"{'batch write (vs Parquet writer)':<34}{w_txn:>10.1f}{w_spark:>10.1f}{w_txn / w_spark:>7.2f}x{'1.3x':>8}")
+    print_writes(writes)
     print(f"\nstreaming, median ms per micro-batch ({args.rows // args.batches:,} rows each)")
     print(f"{'':<34}{'txnlog ms':>10}{'Spark ms':>10}{'ratio':>8}{'target':>8}")
     print(f"{'file source -> sink (vs file sink)':<34}{txn_ms:>10.0f}{file_ms:>10.0f}{txn_ms / file_ms:>7.2f}x"

@@ -3,20 +3,26 @@
 
 :func:`make_writer` and :func:`make_stream_writer` are what ``pyspark_txnlog.DefaultSource`` calls; the heavy
 modules load only when they do.
+
+For users, :func:`write` (``txnsink.write(df, path, topic, key=...)``, usable inside ``foreachBatch``) appends a
+batch DataFrame through Spark's own Parquet writer where it can (:mod:`txnsink.native`), through the data source
+otherwise.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
     from txnsink.batch import TxnBatchWriter
+    from txnsink.native import WriteResult
     from txnsink.stream import TxnStreamWriter
 
-__all__ = ["make_stream_writer", "make_writer"]
+__all__ = ["make_stream_writer", "make_writer", "write"]
 
 
 def make_writer(options: Mapping[str, str], schema: StructType, overwrite: bool) -> TxnBatchWriter:
@@ -39,3 +45,18 @@ def make_stream_writer(options: Mapping[str, str], schema: StructType, overwrite
     from txnsink.stream import make_stream_writer as _make
 
     return _make(options, schema, overwrite)
+
+
+def write(df: DataFrame, path: str, topic: str, *, key: str | Sequence[str] | None = None, **options: Any) \
+        -> WriteResult:
+    """Append ``df`` to ``topic`` as one transaction through Spark's own Parquet writer where it can (see
+    :func:`txnsink.native.write`).
+
+    Raises:
+        InvalidOptionError: a bad option, or ``writePath`` = ``native`` where the native path does not apply.
+        SchemaMismatchError: ``df`` does not fit the existing topic.
+        ProducerFencedError, CommitStateUnknownError: as :func:`txnsink.native.write`.
+    """
+    from txnsink.native import write as _write
+
+    return _write(df, path, topic, key=key, **options)

@@ -1,0 +1,360 @@
+"""The native write path: :func:`write` has Spark's own Parquet writer write a batch DataFrame's segments, and one
+txnlog transaction publish them.
+
+A Python data source writer hands every row to a Python worker, which encodes it again with pyarrow; Spark's
+Parquet writer encodes in the JVM. :func:`write` therefore runs ``df.write.parquet`` into a staging folder of the
+store (the topic's schema applied: column names, order and types, every column nullable, timestamps as
+microseconds, row groups of :data:`coordinator.segments.ROW_GROUP_ROWS` rows), then, on the driver, reads each file
+(rows, size, CRC-32), moves it into its partition's data folder under a name starting with the transaction id, and
+commits them all as one transaction (:mod:`txnsink.publish`). Placement is the data source's:
+
+* without a key, Spark task ``i``'s files go to partition ``(r + i) % partitions`` for a random ``r`` per write;
+* with ``key``, each row's partition is the topic's partitioner over the key columns (:func:`partition_for`,
+  computed by an Arrow UDF that receives only the key columns), so a key lands where the Python producer puts it;
+  Spark writes one folder per partition (``partitionBy``).
+
+Idempotency as in the batch sink: with ``txnAppId``/``txnVersion`` a version not above the last committed one
+publishes nothing (checked before Spark writes anything, and again by the commit itself); without them, a fresh
+ephemeral producer transaction (or ``transactionalId``'s, fencing older writers with that id). Inside
+``foreachBatch``, ``write(batch_df, url, topic, txnAppId=query_id, txnVersion=batch_id)`` publishes each micro-batch
+once.
+
+A failure before the commit is decided aborts the transaction through the log and deletes the files (nothing was
+visible); a commit whose outcome is unknown keeps them for GC. A driver that dies while Spark writes leaves the
+staging folder ``_native-staging/<write id>`` (outside every topic; never read) for an operator to delete.
+
+The native path applies when Spark's file system reaches the store (a local folder or ``file:`` URL; ``s3://``
+through ``s3a://`` only with ``hadoop-aws`` on Spark's classpath), the topic is named (no ``topic`` or
+``partition`` routing column) and its columns have plain types (numbers, booleans, strings, binary, dates,
+decimals, microsecond timestamps). ``writePath`` = ``auto`` (the default) falls back to
+``df.write.format("txnlog")`` otherwise and says why in :attr:`WriteResult.reason`; ``native`` fails naming the
+reason. (``writePath`` cannot be an option of ``df.write.format("txnlog")``: a Python data source's writer already
+runs inside Python tasks, so :func:`write` is the API.)
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from coordinator import InvalidOptionError, TransactionCoordinator
+from coordinator.segments import ROW_GROUP_ROWS
+from txnsink.publish import PARTITION_COLUMN, abort_native, move_files, moved, spark_files, staging_folder
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from coordinator import Store, TopicMeta
+    from txnsink.plan import WritePlan
+
+__all__ = ["WRITE_PATHS", "NativeUnavailable", "WriteResult", "write"]
+
+log = logging.getLogger(__name__)
+
+WRITE_PATHS = ("auto", "native", "python")
+
+
+class NativeUnavailable(Exception):  # noqa: N818 - a reason, not an error the caller sees
+    """Why the native path cannot write this (``auto`` then uses the data source)."""
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What :func:`write` did.
+
+    Attributes:
+        path: ``native`` or ``python`` (the data source wrote).
+        reason: why the data source wrote (None on the native path, or when ``writePath`` = ``python``).
+        txn: the transaction id (None on the Python path).
+        rows: rows published (0 when skipped; None on the Python path, which does not report them).
+        segments: segment files published (0 when skipped; None on the Python path).
+        skipped: ``txnVersion`` was not above the last version committed for ``txnAppId``: nothing was published.
+    """
+
+    path: str
+    reason: str | None = None
+    txn: str | None = None
+    rows: int | None = None
+    segments: int | None = None
+    skipped: bool = False
+
+
+def write(df: DataFrame, path: str, topic: str, *, key: str | Sequence[str] | None = None, **options: Any) \
+        -> WriteResult:
+    """Append ``df`` to ``topic`` of the store at ``path`` as one transaction, as
+    ``df.write.format("txnlog").option("topic", topic).option("partitionKey", key).mode("append").save(path)``
+    does, through Spark's own Parquet writer where it can (see the module docstring).
+
+    Args:
+        df: a batch DataFrame (inside ``foreachBatch``, the micro-batch's).
+        path: the store root URL.
+        topic: the topic written (created with ``numPartitions`` partitions when it does not exist).
+        key: the key column(s) placing rows by the topic's partitioner; None spreads rows over partitions.
+        options: the batch write options of ``format("txnlog")`` (``numPartitions``, ``txnAppId``,
+            ``txnVersion``, ``transactionalId``, ``transactionTimeoutMs``, ``s3.*``) and ``writePath``
+            (``auto``, ``native``, ``python``); values are turned into strings.
+
+    Returns:
+        What was written, and by which path.
+    Raises:
+        InvalidOptionError: a bad option, or ``writePath`` = ``native`` where the native path does not apply (the
+            message says why).
+        SchemaMismatchError: ``df`` does not fit the existing topic.
+        ProducerFencedError: a newer writer with the same ``transactionalId`` initialised meanwhile; nothing is
+            published.
+        CommitStateUnknownError: the commit's outcome could not be learned (a retry with the same
+            ``txnAppId``/``txnVersion`` publishes once).
+    """
+    text = {str(k): ("" if v is None else str(v)) for k, v in options.items()}
+    mode = "auto"
+    for k in list(text):
+        if k.lower() == "writepath":
+            mode = text.pop(k).strip().lower()
+    if mode not in WRITE_PATHS:
+        raise InvalidOptionError(f"option 'writePath' = {mode!r} is not one of {', '.join(WRITE_PATHS)}")
+    if key is not None:
+        text["partitionKey"] = key if isinstance(key, str) else ",".join(key)
+    text["topic"] = topic
+    if mode == "python":
+        return _python_writer(df, path, text, None)
+    try:
+        return _native(df, path, text)
+    except NativeUnavailable as why:
+        if mode == "native":
+            raise InvalidOptionError(f"option 'writePath' = 'native' cannot write this: {why}") from None
+        log.info("txnlog: writing through the Python data source: %s", why)
+        return _python_writer(df, path, text, str(why))
+
+
+def _python_writer(df: DataFrame, path: str, options: Mapping[str, str], reason: str | None) -> WriteResult:
+    writer = df.write.format("txnlog").mode("append")
+    for k, v in options.items():
+        writer = writer.option(k, v)
+    writer.save(path)
+    return WriteResult("python", reason)
+
+
+# -- checks (driver, before Spark writes anything) ------------------------------------------------------------
+
+
+def spark_url(store_url: str) -> str:
+    """The store root as Spark's file system names it.
+
+    Raises:
+        NativeUnavailable: an in-memory store, or a path Spark would read as a glob pattern.
+    """
+    from coordinator.store import local_path
+
+    url = store_url.strip()
+    if url.startswith("memory://"):
+        raise NativeUnavailable("an in-memory store is out of Spark's reach")
+    if any(c in url for c in "*?[]{}\\,"):
+        raise NativeUnavailable("the store path holds characters Spark reads as a glob pattern")
+    if url.startswith(("s3://", "s3a://")):
+        return "s3a://" + url.split("://", 1)[1].rstrip("/")
+    folder = local_path(url)
+    if folder is None:
+        raise NativeUnavailable(f"Spark has no file system for {url.split(':', 1)[0]}://")
+    return "file://" + folder
+
+
+def hadoop_options(plan: WritePlan) -> dict[str, str]:
+    """The ``fs.s3a.*`` write options equivalent to the ``s3.*`` options (empty for local stores). They travel
+    with the write only, never into the session's configuration."""
+    if not plan.url.startswith(("s3://", "s3a://")):
+        return {}
+    s3 = plan.options.store
+    out: dict[str, str] = {}
+    if s3.endpoint:
+        out["fs.s3a.endpoint"] = s3.endpoint
+        out["fs.s3a.path.style.access"] = "true"
+        out["fs.s3a.connection.ssl.enabled"] = str(s3.endpoint.startswith("https")).lower()
+    if s3.region:
+        out["fs.s3a.endpoint.region"] = s3.region
+    if s3.key and s3.secret:
+        out["fs.s3a.access.key"] = s3.key
+        out["fs.s3a.secret.key"] = s3.secret
+        if s3.token:
+            out["fs.s3a.session.token"] = s3.token
+            out["fs.s3a.aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+    return out
+
+
+_PLAIN = ("is_signed_integer", "is_floating", "is_boolean", "is_string", "is_binary", "is_date32", "is_decimal128")
+
+
+def check_types(meta: TopicMeta) -> None:
+    """Raises: NativeUnavailable when a column's type is not one Spark's Parquet writer writes as the Python writer
+    does, or two columns differ only in case (Spark resolves columns case-insensitively)."""
+    import pyarrow as pa
+
+    seen: dict[str, str] = {}
+    for f in meta.schema:
+        t = f.type
+        plain = any(getattr(pa.types, k)(t) for k in _PLAIN) and not pa.types.is_float16(t)
+        if not (plain or (pa.types.is_timestamp(t) and t.unit == "us")):
+            raise NativeUnavailable(f"column {f.name!r} of topic {meta.name!r} is {t}")
+        if f.name.lower() in seen or f.name == PARTITION_COLUMN:
+            raise NativeUnavailable(f"column {f.name!r} of topic {meta.name!r} clashes with "
+                                    f"{seen.get(f.name.lower(), f.name)!r} in Spark's Parquet writer")
+        seen[f.name.lower()] = f.name
+
+
+def _already_committed(store: Store, plan: WritePlan) -> bool:
+    opts = plan.options
+    if opts.txn_app_id is None or opts.txn_version is None:
+        return False
+    am = TransactionCoordinator(store).log.refresh().apps.get(opts.txn_app_id)
+    return am is not None and opts.txn_version <= am.version
+
+
+# -- the write ------------------------------------------------------------------------------------------------
+
+
+def conformed(df: DataFrame, plan: WritePlan, meta: TopicMeta) -> DataFrame:
+    """``df`` with the topic's column names, order and types, every column nullable (as the topic is)."""
+    from pyspark.sql import functions as F  # noqa: N812 - Spark's convention
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    target = from_arrow_schema(meta.schema)
+    src = {plan.renames.get(c, c): c for c in plan.data.names}
+    nulls = {f.name for f in df.schema.fields if not f.nullable}
+    cols = []
+    for f in target.fields:
+        c = F.col(f"`{src[f.name]}`")
+        if src[f.name] in nulls:
+            # a value Spark cannot prove non-null (spark_partition_id is never folded), so the file says optional
+            c = F.when(F.spark_partition_id() >= 0, c)
+        cols.append(c.cast(f.dataType).alias(f.name))
+    return df.select(*cols)
+
+
+def partition_udf(meta: TopicMeta, key: Sequence[str]) -> Any:
+    """An Arrow UDF of the key columns giving each row's partition by the topic's partitioner (the producer's)."""
+    import pyarrow as pa
+    from pyspark.sql.functions import ArrowUDFType, arrow_udf
+
+    types = [meta.schema.field(k).type for k in key]
+    names = list(key)
+    partitions = meta.partitions
+
+    def place(*cols: pa.Array) -> pa.Array:
+        from coordinator.partitioner import partition_for
+
+        table = pa.table({n: c.cast(t) for n, c, t in zip(names, cols, types, strict=True)})
+        return pa.array(partition_for(table, names, partitions, meta), type=pa.int32())
+
+    with warnings.catch_warnings():  # the hints name pyarrow, imported here only: the type is given instead
+        warnings.simplefilter("ignore", UserWarning)
+        return arrow_udf(place, "int", ArrowUDFType.SCALAR)
+
+
+def _spark_write(frame: DataFrame, url: str, keyed: bool, fs_options: Mapping[str, str]) -> None:
+    """``frame.write.parquet(url)`` with microsecond timestamps and row groups of ``ROW_GROUP_ROWS`` rows.
+
+    Raises:
+        NativeUnavailable: Spark has no file system for the URL's scheme.
+    """
+    spark = frame.sparkSession
+    conf = "spark.sql.parquet.outputTimestampType"
+    old = spark.conf.get(conf, None)
+    spark.conf.set(conf, "TIMESTAMP_MICROS")
+    try:
+        w = frame.write.option("compression", "snappy").option("parquet.block.row.count.limit", str(ROW_GROUP_ROWS))
+        for k, v in fs_options.items():
+            w = w.option(k, v)
+        if keyed:
+            w = w.partitionBy(PARTITION_COLUMN)
+        w.parquet(url)
+    except Exception as exc:
+        text = str(exc)
+        if "No FileSystem for scheme" in text or ("FileSystem" in text and "ClassNotFoundException" in text):
+            raise NativeUnavailable(f"Spark has no file system for {url.split(':', 1)[0]}:// (for s3a, put "
+                                    "hadoop-aws on Spark's classpath)") from None
+        raise
+    finally:
+        if old is None:
+            spark.conf.unset(conf)
+        else:
+            spark.conf.set(conf, old)
+
+
+def _remove_folder(store: Store, folder: str) -> None:
+    import shutil
+
+    from coordinator import parallel
+    from coordinator.store import local_path
+
+    root = local_path(store.url)
+    if root is not None:
+        shutil.rmtree(f"{root}/{folder}", ignore_errors=True)
+        return
+    parallel.pmap(lambda i: store.delete(i.path), store.list_info(folder))
+
+
+def _native(df: DataFrame, path: str, options: Mapping[str, str]) -> WriteResult:
+    from txnsink.plan import plan_write
+
+    spark_url(path)  # an in-memory store fails here, before the topic is created
+    plan, store = plan_write({**options, "path": path}, df.schema)
+    if plan.meta is None or plan.topic_column is not None or plan.partition_column is not None:
+        raise NativeUnavailable("the DataFrame routes rows by a topic or partition column")
+    meta = plan.meta
+    check_types(meta)
+    url = spark_url(plan.url)
+    if _already_committed(store, plan):
+        _skipped(plan)
+        return WriteResult("native", skipped=True, rows=0, segments=0)
+    key = [plan.renames.get(c, c) for c in plan.options.partition_key]
+    frame = conformed(df, plan, meta)
+    if key:
+        frame = frame.withColumn(PARTITION_COLUMN, partition_udf(meta, key)(*[frame[f"`{k}`"] for k in key]))
+    tag = uuid.uuid4().hex[:16]
+    folder = staging_folder(tag)
+    try:
+        _spark_write(frame, f"{url}/{folder}", bool(key), hadoop_options(plan))
+        files = spark_files(store, folder, meta.partitions, plan.rotation, bool(key))
+        return _publish(store, plan, meta, tag, files)
+    finally:
+        _remove_folder(store, folder)
+
+
+def _skipped(plan: WritePlan) -> None:
+    log.warning("txnlog write skipped: version %s of txnAppId %r was already committed; nothing published",
+                plan.options.txn_version, plan.options.txn_app_id)
+
+
+def _publish(store: Store, plan: WritePlan, meta: TopicMeta, tag: str, files: Sequence[Any]) -> WriteResult:
+    from coordinator import CommitStateUnknownError, faults
+
+    opts = plan.options
+    ephemeral = opts.transactional_id is None
+    tid = opts.transactional_id or f"spark-native-{uuid.uuid4().hex}"
+    coord = TransactionCoordinator(store)
+    coord.know_topic(meta)
+    ident = coord.init_producer(tid, timeout_ms=opts.transaction_timeout_ms, ephemeral=ephemeral)
+    coord.open_transaction(ident, 0)
+    txn = ident.txn_id(0)
+    app = (opts.txn_app_id, opts.txn_version) if opts.txn_app_id is not None and opts.txn_version is not None \
+        else None
+    segs: list[Any] = []
+    try:
+        segs = move_files(store, meta.name, txn, tag, files)
+        faults.point("native.before_commit")
+        result = coord.commit(ident, txn, segs, app=app, end_producer=ephemeral)
+    except CommitStateUnknownError:
+        raise  # the files stay for GC: the transaction may have committed
+    except BaseException:  # a fenced commit included: that transaction can never commit
+        abort_native(coord, ident, txn, ephemeral, segs or moved(store, meta.name, meta.partitions, txn, tag))
+        raise
+    coord.close_transaction(txn)
+    if result.already_committed:
+        _skipped(plan)
+        for s in segs:
+            store.delete(s.path)
+        return WriteResult("native", txn=txn, rows=0, segments=0, skipped=True)
+    return WriteResult("native", txn=txn, rows=sum(s.rows for s in segs), segments=len(segs))

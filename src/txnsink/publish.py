@@ -1,0 +1,168 @@
+"""Driver side of the native write path (:mod:`txnsink.native`): turn the Parquet files Spark wrote into a staging
+folder into segments of the topic's partitions, and publish them with one transaction.
+
+Each file is read once on the driver (its row count from the footer, its size and CRC-32 for the segment index),
+then moved into its partition's data folder under a name starting with the transaction id (a rename on a local
+store; a copy and a delete elsewhere), so GC judges it like any staged segment. The commit names exactly the moved
+files; if anything fails before the commit is decided, the transaction is aborted through the log and the moved
+files are deleted, exactly as the batch sink's ``abort`` does.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow.parquet as pq
+
+from coordinator import (
+    AlreadyCommittedError,
+    InvalidTxnStateError,
+    ProducerFencedError,
+    ProducerIdentity,
+    SegmentRef,
+    Store,
+    TransactionCoordinator,
+    TxnLogError,
+    faults,
+)
+from coordinator.layout import data_path, segment_name
+from coordinator.store import local_path
+
+__all__ = ["SparkFile", "abort_native", "move_files", "spark_files", "staging_folder"]
+
+#: Folder (under the store root) of the Parquet files Spark writes before they are moved into data folders.
+STAGING = "_native-staging"
+#: The column a keyed write partitions Spark's output by (never stored: Spark encodes it in folder names).
+PARTITION_COLUMN = "__txnlog_partition"
+
+_PART = re.compile(r"^part-(\d+)-.*?(?:-c(\d+))?(?:\.[a-z0-9]+)*\.parquet$")
+
+
+@dataclass(frozen=True)
+class SparkFile:
+    """One Parquet file of Spark's output.
+
+    Attributes:
+        path: its path relative to the store root.
+        partition: the topic partition it belongs to.
+        split: the Spark task (partition id) that wrote it.
+        part: the file's number among that task's files.
+    """
+
+    path: str
+    partition: int
+    split: int
+    part: int
+
+
+def staging_folder(tag: str) -> str:
+    """The staging folder (relative to the store root) of one native write."""
+    return f"{STAGING}/{tag}"
+
+
+def spark_files(store: Store, folder: str, partitions: int, rotation: int, keyed: bool) -> list[SparkFile]:
+    """The Parquet files Spark committed under ``folder``, each with its topic partition: by its
+    ``__txnlog_partition=<p>`` folder when ``keyed``, else task ``i``'s files go to partition
+    ``(rotation + i) % partitions``. Sorted by partition, task and file number (the order offsets follow).
+
+    Raises:
+        TxnLogError: a file Spark wrote has a name or folder this path does not expect.
+    """
+    out = []
+    for info in store.list_info(folder):
+        rel = info.path[len(folder) + 1:]
+        name = rel.rsplit("/", 1)[-1]
+        if not name.endswith(".parquet"):
+            continue  # _SUCCESS, checksums
+        m = _PART.match(name)
+        if m is None:
+            raise TxnLogError(f"unexpected file {rel!r} in Spark's output")
+        split, part = int(m.group(1)), int(m.group(2) or 0)
+        if keyed:
+            head = rel.split("/", 1)[0]
+            if not head.startswith(PARTITION_COLUMN + "="):
+                raise TxnLogError(f"unexpected file {rel!r} in Spark's keyed output")
+            p = int(head.split("=", 1)[1])
+        else:
+            p = (rotation + split) % partitions
+        out.append(SparkFile(info.path, p, split, part))
+    return sorted(out, key=lambda f: (f.partition, f.split, f.part, f.path))
+
+
+def _move(store: Store, topic: str, txn: str, tag: str, f: SparkFile, index: int) -> SegmentRef:
+    """Describe ``f`` (rows, size, CRC-32) and move it into its partition's data folder."""
+    dst = data_path(topic, f.partition, segment_name(txn, f"spark-{f.split:05d}-{f.part:03d}-{tag}-{index:05d}")
+                    + ".parquet")
+    data = store.get(f.path)
+    rows = pq.ParquetFile(io.BytesIO(data)).metadata.num_rows
+    ref = SegmentRef(topic, f.partition, dst, rows, len(data), zlib.crc32(data))
+    root = local_path(store.url)
+    faults.point("native.move")
+    if root is not None:
+        target = os.path.join(root, dst)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.replace(os.path.join(root, f.path), target)
+    else:
+        store.put(dst, data)
+        store.delete(f.path)
+    return ref
+
+
+def move_files(store: Store, topic: str, txn: str, tag: str, files: Sequence[SparkFile]) -> list[SegmentRef]:
+    """Move every file into its partition's data folder (concurrently); the segment references, in ``files``
+    order. Files already moved when one move fails are returned by none: the caller's abort finds them through
+    :func:`moved` names.
+
+    Raises:
+        StoreError, OSError: the store failed.
+    """
+    from coordinator import parallel
+
+    return parallel.pmap(lambda item: _move(store, topic, txn, tag, item[1], item[0]), list(enumerate(files)))
+
+
+def moved(store: Store, topic: str, partitions: int, txn: str, tag: str) -> list[SegmentRef]:
+    """The files this write already moved into data folders (found by name, for the abort after a failed move)."""
+    out = []
+    prefix = segment_name(txn, "spark-")
+    for p in range(partitions):
+        for info in store.list_info(data_path(topic, p, "")):
+            name = info.path.rsplit("/", 1)[-1]
+            if name.startswith(prefix) and f"-{tag}-" in name:
+                out.append(SegmentRef(topic, p, info.path, 0, info.size, 0))
+    return out
+
+
+def abort_native(coord: TransactionCoordinator, ident: ProducerIdentity, txn: str, ephemeral: bool,
+                 segs: Sequence[SegmentRef]) -> bool:
+    """Decide ``txn`` as aborted through the log and delete ``segs``, as the batch sink's ``abort`` does: nothing
+    is deleted when the commit won or when the outcome cannot be learned (GC removes the files once the log shows
+    the transaction was never committed).
+
+    Returns:
+        True if the files were deleted.
+    """
+    try:
+        coord.abort(ident, txn, reason="native write failed", end_producer=ephemeral, staged=segs)
+    except AlreadyCommittedError:
+        return False
+    except (ProducerFencedError, InvalidTxnStateError):
+        try:
+            if coord.txn_status(txn) != "aborted":
+                return False
+        except TxnLogError:
+            return False
+    except TxnLogError:
+        return False
+    coord.close_transaction(txn)
+    for s in segs:
+        try:
+            coord.store.delete(s.path)
+        except Exception:  # noqa: BLE001 - best effort: a leftover staged file of an aborted txn is GC's
+            pass
+    return True
