@@ -4,6 +4,7 @@ and readers."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pyarrow as pa
 import pytest
@@ -171,3 +172,27 @@ def test_consumer_below_the_log_start_fails_clearly_or_skips_when_asked(backend:
     with pytest.raises(OffsetOutOfRangeError, match="below the log start 7"):
         strict.poll()
     assert lenient.poll().column("id").to_pylist() == [7, 8, 9]
+
+
+
+def test_gc_sweeps_native_write_staging_left_by_a_dead_driver(backend: Backend) -> None:
+    from coordinator.layout import NATIVE_STAGING
+    from coordinator.maintenance import sweep_native_staging
+
+    store = backend.open()
+    make_topic(store)
+    commit_small(backend, 2)
+    dead = [f"{NATIVE_STAGING}/dead/_SUCCESS", f"{NATIVE_STAGING}/dead/part-00000.parquet"]
+    for path in dead:
+        store.put(path, b"PAR1")
+    assert sweep_native_staging(store).deleted_files == []  # younger than the default grace period
+    time.sleep(2.5)
+    live = [f"{NATIVE_STAGING}/live/part-00000.parquet"]
+    store.put(live[0], b"PAR1")
+    plan = sweep_native_staging(store, grace_ms=1500, dry_run=True)
+    assert sorted(plan.deleted_files) == dead and plan.deleted_bytes == 8
+    assert len(store.list_info(NATIVE_STAGING)) == 3  # a dry run deletes nothing
+    report = maintain(backend.coordinator(), grace_ms=1500)  # the live folder may have aged past 1.5 s by now
+    assert set(dead) <= {p for p in report.deleted_files if p.startswith(NATIVE_STAGING)}
+    assert not {i.path for i in store.list_info(NATIVE_STAGING)} & set(dead)
+    assert committed_ids(backend) == [0, 1]

@@ -31,6 +31,9 @@ TXN_INTENTS = "_txn/intents"
 TXN_OPEN = "_txn/open"
 FORMAT_PATH = "_txn/format.json"
 TOPICS = "topics"
+#: Parquet files Spark writes for a native batch write (txnsink.write) before they are moved into data folders;
+#: never read; GC deletes folders whose files are all older than its grace period.
+NATIVE_STAGING = "_native-staging"
 
 
 def check_name(kind: str, name: object) -> str:

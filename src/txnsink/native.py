@@ -21,7 +21,8 @@ once.
 
 A failure before the commit is decided aborts the transaction through the log and deletes the files (nothing was
 visible); a commit whose outcome is unknown keeps them for GC. A driver that dies while Spark writes leaves the
-staging folder ``_native-staging/<write id>`` (outside every topic; never read) for an operator to delete.
+staging folder ``_native-staging/<write id>`` (outside every topic; never read), which GC (``txnlog gc``, the
+daemon, ``maintain``) deletes once all its files are older than the grace period.
 
 The native path applies when Spark's file system reaches the store (a local folder or ``file:`` URL; ``s3://``
 through ``s3a://`` only with ``hadoop-aws`` on Spark's classpath), the topic is named (no ``topic`` or
@@ -147,7 +148,7 @@ def spark_url(store_url: str) -> str:
     Raises:
         NativeUnavailable: an in-memory store, or a path Spark would read as a glob pattern.
     """
-    from coordinator.store import local_path
+    from coordinator.store_factory import local_path
 
     url = store_url.strip()
     if url.startswith("memory://"):
@@ -287,7 +288,7 @@ def _remove_folder(store: Store, folder: str) -> None:
     import shutil
 
     from coordinator import parallel
-    from coordinator.store import local_path
+    from coordinator.store_factory import local_path
 
     root = local_path(store.url)
     if root is not None:

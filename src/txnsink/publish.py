@@ -30,13 +30,13 @@ from coordinator import (
     TxnLogError,
     faults,
 )
-from coordinator.layout import data_path, segment_name
-from coordinator.store import local_path
+from coordinator.layout import NATIVE_STAGING, data_path, segment_name
+from coordinator.store_factory import local_path
 
 __all__ = ["SparkFile", "abort_native", "move_files", "spark_files", "staging_folder"]
 
 #: Folder (under the store root) of the Parquet files Spark writes before they are moved into data folders.
-STAGING = "_native-staging"
+STAGING = NATIVE_STAGING
 #: The column a keyed write partitions Spark's output by (never stored: Spark encodes it in folder names).
 PARTITION_COLUMN = "__txnlog_partition"
 

@@ -11,7 +11,13 @@ from typing import Any
 from coordinator.cli.common import EXIT_OK, Output, fmt_bytes, render_table
 from coordinator.cli.config import Settings
 from coordinator.errors import InvalidOptionError
-from coordinator.maintenance import DEFAULT_GC_GRACE_MS, MaintenanceReport, compact_partition, gc_partition
+from coordinator.maintenance import (
+    DEFAULT_GC_GRACE_MS,
+    MaintenanceReport,
+    compact_partition,
+    gc_partition,
+    sweep_native_staging,
+)
 from coordinator.store import Store
 from coordinator.topics import get_topic, list_topics
 
@@ -66,6 +72,8 @@ def cmd_gc(args: argparse.Namespace, settings: Settings, out: Output) -> int:
         total.add(gc_partition(coord, topic, p, grace_ms=grace_ms, dry_run=not args.execute))
         bar()
     bar.close()
+    if not args.topic:
+        total.add(sweep_native_staging(store, grace_ms=grace_ms, dry_run=not args.execute))
     result: dict[str, Any] = {"dry_run": not args.execute, "grace_ms": grace_ms, "files": len(total.deleted_files),
                               "bytes": total.deleted_bytes, "paths": total.deleted_files}
     if out.json_mode:

@@ -31,11 +31,12 @@ from coordinator.maintenance.common import (
     Progress,
 )
 from coordinator.maintenance.compaction import compact_partition
-from coordinator.maintenance.gc import gc_partition
+from coordinator.maintenance.gc import gc_partition, sweep_native_staging
 from coordinator.maintenance.retention import apply_retention, truncate_partition
 from coordinator.maintenance.run import maintain
 
 __all__ = [
     "CLOCK_SKEW_MS", "COMPACTED_PREFIX", "DEFAULT_COMPACT_TARGET_BYTES", "DEFAULT_GC_GRACE_MS", "MaintenanceReport",
-    "Progress", "apply_retention", "compact_partition", "gc_partition", "maintain", "truncate_partition",
+    "Progress", "apply_retention", "compact_partition", "gc_partition", "maintain", "sweep_native_staging",
+    "truncate_partition",
 ]

@@ -1,4 +1,5 @@
-"""Garbage collection: delete segment files no live index entry names, judged on the store's clock."""
+"""Garbage collection: delete segment files no live index entry names, and staging folders native writes left,
+judged on the store's clock."""
 
 from __future__ import annotations
 
@@ -6,14 +7,10 @@ from coordinator import parallel
 from coordinator.coordinator import TransactionCoordinator
 from coordinator.decisions import MAX_PUBLISH_MS
 from coordinator.errors import InvalidOptionError
-from coordinator.layout import (
-    data_dir,
-    marker_dir,
-    parse_seq,
-    txn_of_file,
-)
+from coordinator.layout import NATIVE_STAGING, data_dir, marker_dir, parse_seq, txn_of_file
 from coordinator.maintenance.common import CLOCK_SKEW_MS, COMPACTED_PREFIX, DEFAULT_GC_GRACE_MS, MaintenanceReport
 from coordinator.records import parse_txn_id
+from coordinator.store import ObjectInfo, Store
 
 
 def gc_partition(
@@ -90,3 +87,28 @@ def gc_partition(
         parallel.pmap(lambda i: coord.store.delete(i.path), doomed)
     return report
 
+
+def sweep_native_staging(store: Store, *, grace_ms: int = DEFAULT_GC_GRACE_MS, now: float | None = None,
+                         dry_run: bool = False) -> MaintenanceReport:
+    """Delete the staging folders of native batch writes (``_native-staging/<write id>``) whose every file is older
+    than ``grace_ms``: what a driver that died while Spark wrote left behind. Nothing reads them, and a live write
+    moves or deletes its files well within the grace period. ``now`` is the store's time in ms (tests).
+
+    Raises:
+        InvalidOptionError: a negative grace period.
+    """
+    if grace_ms < 0:
+        raise InvalidOptionError(f"GC grace period must not be negative, got {grace_ms}")
+    t = store.now() * 1000 if now is None else now
+    report = MaintenanceReport()
+    doomed: list[ObjectInfo] = []
+    for folder in store.list_dirs(NATIVE_STAGING):
+        infos = store.list_info(f"{NATIVE_STAGING}/{folder}")
+        if infos and all(t - i.mtime * 1000 > grace_ms for i in infos):
+            doomed += infos
+    for info in doomed:
+        report.deleted_files.append(info.path)
+        report.deleted_bytes += info.size
+    if not dry_run:
+        parallel.pmap(lambda i: store.delete(i.path), doomed)
+    return report

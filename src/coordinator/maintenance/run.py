@@ -11,7 +11,7 @@ from coordinator.maintenance.common import (
     Progress,
 )
 from coordinator.maintenance.compaction import compact_partition
-from coordinator.maintenance.gc import gc_partition
+from coordinator.maintenance.gc import gc_partition, sweep_native_staging
 from coordinator.maintenance.retention import apply_retention, truncate_partition
 from coordinator.topics import get_topic, list_topics
 
@@ -29,7 +29,8 @@ def maintain(
 ) -> MaintenanceReport:
     """One maintenance pass over ``topics`` (all by default): retention from each topic's ``retention.ms`` /
     ``retention.bytes`` config, then compaction, then GC and a partition checkpoint of each partition; then a
-    checkpoint and truncation of the transaction log, so opening either costs a few requests."""
+    checkpoint and truncation of the transaction log, so opening either costs a few requests; and a sweep of the
+    staging folders native writes left behind."""
     report = MaintenanceReport()
     for name in topics if topics is not None else list_topics(coord.store):
         meta = get_topic(coord.store, name)
@@ -56,6 +57,7 @@ def maintain(
             for p in range(get_topic(coord.store, name).partitions):
                 truncate_partition(coord, name, p, grace_ms=grace_ms)
     if gc:
+        report.add(sweep_native_staging(coord.store, grace_ms=grace_ms))
         try:
             coord.log.truncate()
         except StoreError:
