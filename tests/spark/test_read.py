@@ -42,6 +42,7 @@ META = [
     StructField("_partition", IntegerType(), False),
     StructField("_offset", LongType(), True),
     StructField("_timestamp", TimestampType(), True),
+    StructField("_producerTimestamp", TimestampType(), True),
 ]
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
