@@ -17,6 +17,7 @@ from coordinator import (
     Producer,
     ProducerConfig,
     TransactionCoordinator,
+    create_topic,
     read_snapshot,
     stage_segment,
 )
@@ -89,6 +90,18 @@ def test_a_given_time_a_datetime_or_epoch_ms_or_a_column(tmp_path: object) -> No
     assert before <= times[5] <= now_us()  # type: ignore[operator] - a null in the column takes the send time
     assert times[6] == 1_600_000_000_000_000
     assert "created" not in table.column_names and "at" not in table.column_names
+
+
+def test_a_topic_column_may_give_the_times_and_stays_data(tmp_path: object) -> None:
+    backend = Backend(f"{tmp_path}/lake", {})
+    store = backend.open()
+    create_topic(store, "e", pa.schema([("id", pa.int64()), ("at", pa.timestamp("ms", tz="UTC"))]))
+    p = start(backend)
+    at = dt.datetime(2023, 3, 4, 5, 6, 7, tzinfo=UTC)
+    with p.transaction():
+        p.send("e", [{"id": 1, "at": at}], timestamp="at")
+    table = read_snapshot(store, ["e"])["e"]
+    assert table.column("at").to_pylist() == [at] and producer_times(table) == {1: utc_us(at)}
 
 
 @pytest.mark.parametrize(("data", "timestamp", "match"), [

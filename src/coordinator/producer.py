@@ -99,10 +99,12 @@ def to_table(data: Any) -> pa.Table:
     )
 
 
-def producer_times(table: pa.Table, timestamp: dt.datetime | int | str | None) -> tuple[pa.Table, int | pa.Array]:
+def producer_times(table: pa.Table, timestamp: dt.datetime | int | str | None,
+                   keep: Sequence[str] = ()) -> tuple[pa.Table, int | pa.Array]:
     """Split the producer times off ``table`` as :func:`coordinator.segments.stamp` takes them: the time now
     (``None``), a timezone-aware datetime or epoch milliseconds for every row, or the values of the column named
-    ``timestamp`` (timestamps, or integers as epoch milliseconds; nulls become the time now), which is dropped.
+    ``timestamp`` (timestamps, or integers as epoch milliseconds; nulls become the time now), which is dropped
+    unless ``keep`` (the topic's columns) names it.
 
     Raises:
         InvalidOptionError: a naive datetime, a column the data lacks or of another type, or another kind of value.
@@ -124,7 +126,7 @@ def producer_times(table: pa.Table, timestamp: dt.datetime | int | str | None) -
             col = col.cast(pa.int64()).cast(pa.timestamp("ms", tz="UTC"))
         elif not pa.types.is_timestamp(col.type):
             raise InvalidOptionError(f"timestamp column {timestamp!r} is {col.type}, not a timestamp or epoch ms")
-        return table.remove_column(idx), col
+        return (table if timestamp in keep else table.remove_column(idx)), col
     raise InvalidOptionError(f"timestamp must be a datetime, epoch milliseconds or a column name, not {timestamp!r}")
 
 
@@ -212,7 +214,7 @@ class Producer:
         round-robin over the partitions. Each row's producer time (``_producerTimestamp``) is the time of this call,
         or ``timestamp``: a timezone-aware datetime or epoch milliseconds for every row, or the name of a column of
         ``data`` (timestamps, or integers as epoch milliseconds; nulls take the time of this call) that gives each
-        row's time and is not stored.
+        row's time and is stored only if it is a column of the topic.
 
         Raises:
             InvalidTxnStateError: no open transaction (or the last commit is unresolved).
@@ -222,7 +224,7 @@ class Producer:
         meta = self._topic(topic)
         if isinstance(data, list) and not data:
             return
-        rows, when = producer_times(to_table(data), timestamp)
+        rows, when = producer_times(to_table(data), timestamp, meta.schema.names)
         table = conform(rows, meta)
         if table.num_rows == 0:
             return
