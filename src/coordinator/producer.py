@@ -10,7 +10,7 @@ with producer.transaction():
 
 Every row carries a producer time (Kafka's ``CreateTime``), read back as ``_producerTimestamp``: the time of the
 ``send`` unless ``send(..., timestamp=...)`` gives one (a datetime or epoch milliseconds for all rows, or the name
-of a column of the data holding each row's time; that column is not stored as data).
+of a column of the data holding each row's time; that column is stored only if the topic has it).
 
 ``send`` buffers rows per partition and stages a segment whenever a partition's buffer reaches the target size;
 nothing staged is visible until the commit point. A send that returned has put its rows in the transaction: a store
