@@ -84,7 +84,8 @@ def test_read_returns_pandas_or_arrow(lake: Lake) -> None:
     view = StoreView.open(lake.url)
     df = view.read(TOPIC)
     assert sorted(df["id"]) == lake.committed and str(df["_timestamp"].dtype) == "datetime64[ns, UTC]"
-    assert list(df.columns) == ["id", "name", "_partition", "_offset", "_timestamp"]
+    assert list(df.columns) == ["id", "name", "_partition", "_offset", "_timestamp", "_producerTimestamp"]
+    assert str(df["_producerTimestamp"].dtype) == "datetime64[ns, UTC]" and df["_producerTimestamp"].notna().all()
     table = view.read(TOPIC, columns=["id", "_offset"], as_arrow=True)
     assert isinstance(table, pa.Table) and table.column_names == ["id", "_offset"] and table.num_rows == 11
 

@@ -3,7 +3,8 @@
 ```python
 with Consumer("file:///data/lake", group_id="etl") as consumer:
     consumer.subscribe(["orders"])
-    for batch in consumer:       # pyarrow Tables: topic columns + _topic, _partition, _offset, _timestamp
+    for batch in consumer:       # pyarrow Tables: topic columns + _topic, _partition, _offset, _timestamp,
+                                 # _producerTimestamp
         handle(batch)
         consumer.commit()        # the group's offsets, outside any transaction (Kafka's commitSync)
 ```

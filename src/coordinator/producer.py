@@ -8,6 +8,10 @@ with producer.transaction():
     producer.send_offsets_to_transaction({"payments": {0: 42}}, group_id="etl")
 ```
 
+Every row carries a producer time (Kafka's ``CreateTime``), read back as ``_producerTimestamp``: the time of the
+``send`` unless ``send(..., timestamp=...)`` gives one (a datetime or epoch milliseconds for all rows, or the name
+of a column of the data holding each row's time; that column is stored only if the topic has it).
+
 ``send`` buffers rows per partition and stages a segment whenever a partition's buffer reaches the target size;
 nothing staged is visible until the commit point. A send that returned has put its rows in the transaction: a store
 error while staging keeps them buffered for the next stage (``commit_transaction()`` raises if it persists), so a
@@ -22,6 +26,7 @@ it unless it was committed); ``init_transactions()`` starts over with a new epoc
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -45,7 +50,7 @@ from coordinator.errors import (
 from coordinator.layout import check_name
 from coordinator.partitioner import legacy_partition, partition_for
 from coordinator.records import SegmentRef
-from coordinator.segments import FORMATS, stage_segment
+from coordinator.segments import FORMATS, now_us, stage_segment, stamp
 from coordinator.store import Store, StoreOptions
 from coordinator.store_factory import open_store
 from coordinator.topics import TopicMeta, conform, get_topic
@@ -93,6 +98,37 @@ def to_table(data: Any) -> pa.Table:
     raise InvalidOptionError(
         f"send() takes a pyarrow Table or RecordBatch, a pandas DataFrame or a list of dicts, not {type(data).__name__}"
     )
+
+
+def producer_times(table: pa.Table, timestamp: dt.datetime | int | str | None,
+                   keep: Sequence[str] = ()) -> tuple[pa.Table, int | pa.Array]:
+    """Split the producer times off ``table`` as :func:`coordinator.segments.stamp` takes them: the time now
+    (``None``), a timezone-aware datetime or epoch milliseconds for every row, or the values of the column named
+    ``timestamp`` (timestamps, or integers as epoch milliseconds; nulls become the time now), which is dropped
+    unless ``keep`` (the topic's columns) names it.
+
+    Raises:
+        InvalidOptionError: a naive datetime, a column the data lacks or of another type, or another kind of value.
+    """
+    if timestamp is None:
+        return table, now_us()
+    if isinstance(timestamp, dt.datetime):
+        if timestamp.tzinfo is None:
+            raise InvalidOptionError(f"timestamp {timestamp!r} has no time zone; give an aware datetime")
+        return table, (timestamp - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
+    if isinstance(timestamp, int) and not isinstance(timestamp, bool):
+        return table, timestamp * 1000
+    if isinstance(timestamp, str):
+        idx = table.schema.get_field_index(timestamp)
+        if idx < 0:
+            raise InvalidOptionError(f"timestamp column {timestamp!r} is not a column of the data")
+        col = table.column(idx).combine_chunks()
+        if pa.types.is_integer(col.type):
+            col = col.cast(pa.int64()).cast(pa.timestamp("ms", tz="UTC"))
+        elif not pa.types.is_timestamp(col.type):
+            raise InvalidOptionError(f"timestamp column {timestamp!r} is {col.type}, not a timestamp or epoch ms")
+        return (table if timestamp in keep else table.remove_column(idx)), col
+    raise InvalidOptionError(f"timestamp must be a datetime, epoch milliseconds or a column name, not {timestamp!r}")
 
 
 def hash_partition(table: pa.Table, columns: Sequence[str], partitions: int) -> list[int]:
@@ -173,9 +209,13 @@ class Producer:
         *,
         partition: int | None = None,
         key: str | Sequence[str] | None = None,
+        timestamp: dt.datetime | int | str | None = None,
     ) -> None:
         """Buffer ``data`` for ``topic``: into ``partition``, or by the hash of the ``key`` column(s), or spread
-        round-robin over the partitions.
+        round-robin over the partitions. Each row's producer time (``_producerTimestamp``) is the time of this call,
+        or ``timestamp``: a timezone-aware datetime or epoch milliseconds for every row, or the name of a column of
+        ``data`` (timestamps, or integers as epoch milliseconds; nulls take the time of this call) that gives each
+        row's time and is stored only if it is a column of the topic.
 
         Raises:
             InvalidTxnStateError: no open transaction (or the last commit is unresolved).
@@ -185,9 +225,11 @@ class Producer:
         meta = self._topic(topic)
         if isinstance(data, list) and not data:
             return
-        table = conform(to_table(data), meta)
+        rows, when = producer_times(to_table(data), timestamp, meta.schema.names)
+        table = conform(rows, meta)
         if table.num_rows == 0:
             return
+        table = stamp(table, when)
         if partition is not None:
             if not isinstance(partition, int) or not 0 <= partition < meta.partitions:
                 raise InvalidOptionError(f"topic {topic!r} has no partition {partition!r}")

@@ -1,8 +1,10 @@
 """Reading records: segment slices to Arrow record batches with metadata columns.
 
-Every record read carries ``_topic``, ``_partition``, ``_offset`` and ``_timestamp`` (the commit time). Records of
-staged segments that no commit marker names (open, aborted or undecided transactions) are returned only in
-``read_uncommitted`` mode, with a null ``_offset`` and ``_timestamp``.
+Every record read carries ``_topic``, ``_partition``, ``_offset``, ``_timestamp`` (the commit time: Kafka's
+``LogAppendTime``) and ``_producerTimestamp`` (the producer's time of the record: Kafka's ``CreateTime``, read from
+the segment's :data:`coordinator.segments.PRODUCER_TS` column; null for segments written before it existed).
+Records of staged segments that no commit marker names (open, aborted or undecided transactions) are returned only
+in ``read_uncommitted`` mode, with a null ``_offset`` and ``_timestamp``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import pyarrow as pa
 from coordinator.errors import InvalidOptionError
 from coordinator.layout import data_dir
 from coordinator.partition import PartitionLog, SegmentSlice
-from coordinator.segments import decode_rows, read_rows
+from coordinator.segments import PRODUCER_TS, decode_rows, read_rows
 from coordinator.store import Store
 
 READ_COMMITTED = "read_committed"
@@ -28,6 +30,7 @@ METADATA_FIELDS: tuple[pa.Field, ...] = (
     pa.field("_partition", pa.int32(), nullable=False),
     pa.field("_offset", pa.int64(), nullable=True),
     pa.field("_timestamp", TIMESTAMP_TYPE, nullable=True),
+    pa.field(PRODUCER_TS, TIMESTAMP_TYPE, nullable=True),
 )
 METADATA_NAMES = tuple(f.name for f in METADATA_FIELDS)
 
@@ -62,7 +65,7 @@ def _assemble(
 ) -> pa.Table:
     """The ``n`` rows of ``table`` (decoded data columns) shaped to ``schema``: its data columns cast to the schema's
     types, its metadata columns computed (a null ``_offset`` / ``_timestamp`` when ``first_offset`` / ``ts`` is
-    None)."""
+    None; a null ``_producerTimestamp`` when the segment has no producer times)."""
     from coordinator.errors import CorruptLogError
 
     arrays: list[pa.Array | pa.ChunkedArray] = []
@@ -76,6 +79,10 @@ def _assemble(
                           else pa.array(np.arange(first_offset, first_offset + n, dtype=np.int64)))
         elif f.name == "_timestamp":
             arrays.append(pa.nulls(n, TIMESTAMP_TYPE) if ts is None else ts)
+        elif f.name == PRODUCER_TS:
+            idx = table.schema.get_field_index(PRODUCER_TS)
+            col = pa.nulls(n, TIMESTAMP_TYPE) if idx < 0 else table.column(idx)
+            arrays.append(col if col.type.equals(TIMESTAMP_TYPE) else col.cast(TIMESTAMP_TYPE))
         else:
             idx = table.schema.get_field_index(f.name)
             if idx < 0:
@@ -83,6 +90,11 @@ def _assemble(
             col = table.column(idx)
             arrays.append(col if col.type.equals(f.type) else col.cast(f.type))
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _stored_names(schema: pa.Schema) -> list[str]:
+    """The segment columns to decode for ``schema``: its data columns, and the producer times when projected."""
+    return [f.name for f in schema if f.name not in METADATA_NAMES or f.name == PRODUCER_TS]
 
 
 def read_slices(
@@ -103,7 +115,7 @@ def read_slices(
         CorruptLogError: a segment is missing, truncated, fails its checksum, or lacks a column or rows.
     """
     out_schema = schema if columns is None else pa.schema([schema.field(c) for c in columns])
-    data_names = [f.name for f in out_schema if f.name not in METADATA_NAMES]
+    data_names = _stored_names(out_schema)
     for sl in slices:
         seg = sl.segment
         table = read_rows(store, seg.path, sl.skip, sl.rows, data_names, size=seg.size if verify else None,
@@ -144,7 +156,7 @@ def read_staged(
     promise."""
     from coordinator.errors import CorruptLogError
 
-    data_names = [f.name for f in schema if f.name not in METADATA_NAMES]
+    data_names = _stored_names(schema)
     for path in paths:
         try:
             table = decode_rows(store.get(path), path, columns=data_names)

@@ -6,11 +6,16 @@ Parquet segments are written in row groups of :data:`ROW_GROUP_ROWS` rows, dicti
 dictionary usually pays (string and binary columns): a reader of a few rows decodes only the row groups holding them
 (:func:`decode_rows`), and Spark's own Parquet reader reads the files at its native speed. :data:`DECODED` counts
 what this process decoded (row groups and rows), so tests and benchmarks can see how much a read touched.
+
+Besides the topic's columns, a segment holds each row's producer time (Kafka's ``CreateTime``) in the column
+:data:`PRODUCER_TS` (``timestamp[us, tz=UTC]``), which no topic can declare (names starting with ``_`` are reserved);
+:func:`stamp` adds it. Segments written before it existed lack it; readers give such rows a null producer time.
 """
 
 from __future__ import annotations
 
 import io
+import time
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,6 +30,9 @@ from coordinator.records import SegmentRef
 from coordinator.store import Store
 
 FORMATS = ("parquet", "arrow")
+#: The reserved segment column holding each row's producer time, read back as the metadata column of that name.
+PRODUCER_TS = "_producerTimestamp"
+PRODUCER_TS_TYPE = pa.timestamp("us", tz="UTC")
 #: Rows per Parquet row group of a new segment: the unit a partial read decodes.
 ROW_GROUP_ROWS = 128 * 1024
 
@@ -51,7 +59,35 @@ def _dictionary_columns(schema: pa.Schema) -> list[str]:
     timestamps are mostly distinct values, where a dictionary costs writing and reading time and saves nothing."""
     kinds = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary,
              pa.types.is_dictionary)
-    return [f.name for f in schema if any(k(f.type) for k in kinds)]
+    return [f.name for f in schema if any(k(f.type) for k in kinds) or f.name == PRODUCER_TS]
+
+
+def now_us() -> int:
+    """The local clock in microseconds since the epoch (the default producer time)."""
+    return time.time_ns() // 1000
+
+
+def stamp(table: pa.Table, when: int | pa.Array | pa.ChunkedArray) -> pa.Table:
+    """``table`` with its producer-time column :data:`PRODUCER_TS` appended: ``when`` microseconds since the epoch
+    for every row (a constant column: one dictionary entry per row group once encoded), or a per-row array of
+    times whose nulls are ``now_us()``.
+
+    Raises:
+        InvalidOptionError: ``table`` already has the column, or ``when`` is an array of another length or of
+            values that are not timestamps.
+    """
+    if table.schema.get_field_index(PRODUCER_TS) >= 0:
+        raise InvalidOptionError(f"rows already carry a {PRODUCER_TS!r} column")
+    n = table.num_rows
+    if isinstance(when, int):
+        col: pa.Array | pa.ChunkedArray = pa.repeat(pa.scalar(when, PRODUCER_TS_TYPE), n)
+    else:
+        if len(when) != n or not pa.types.is_timestamp(when.type):
+            raise InvalidOptionError(f"producer times must be {n} timestamps, got {len(when)} of type {when.type}")
+        col = when.cast(PRODUCER_TS_TYPE, safe=False)  # nanoseconds truncate to microseconds
+        if col.null_count:
+            col = col.fill_null(pa.scalar(now_us(), PRODUCER_TS_TYPE))
+    return table.append_column(pa.field(PRODUCER_TS, PRODUCER_TS_TYPE), col)
 
 
 def encode_table(table: pa.Table, fmt: str = "parquet", compression: str = "snappy") -> bytes:

@@ -7,6 +7,11 @@ in one transaction. A ``partition`` column (an integer column) picks the row's p
 ``partitionKey`` columns are hashed with the topic's partitioner, or, without a key, each task writes to one
 partition (rotating as its segments fill), so T tasks write about T files, not T x partitions. Routing columns are
 not stored; a topic that has columns of those names keeps them as data.
+
+Each row's producer time (read back as ``_producerTimestamp``, Kafka's ``CreateTime``) is the time the writing task
+received the row's Arrow batch, or, as Kafka's sink takes a ``timestamp`` column, the row's value in a
+``_producerTimestamp`` column of the DataFrame (a ``timestamp`` column; a null takes the task's time). That column is
+not stored as data, so a DataFrame read from txnlog keeps its producer times when it is written back.
 """
 
 from __future__ import annotations
@@ -29,16 +34,18 @@ from coordinator import (
     open_store,
 )
 from coordinator.partitioner import check_key
+from coordinator.segments import PRODUCER_TS
 from txnsink.options import SinkOptions, parse_options
 from txnsink.types import check_compatible, nullable, spark_to_arrow
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
-__all__ = ["TOPIC_COLUMN", "PARTITION_COLUMN", "WritePlan", "ensure_topic", "plan_write"]
+__all__ = ["TOPIC_COLUMN", "PARTITION_COLUMN", "TIMESTAMP_COLUMN", "WritePlan", "ensure_topic", "plan_write"]
 
 TOPIC_COLUMN = "topic"
 PARTITION_COLUMN = "partition"
+TIMESTAMP_COLUMN = PRODUCER_TS
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,7 @@ class WritePlan:
         topic_column, partition_column: the DataFrame's routing columns, if any.
         rotation: where this write's tasks start placing rows without a key (task ``i`` writes partition
             ``(rotation + i) % partitions``), drawn per write so repeated small jobs spread over every partition.
+        timestamp_column: the DataFrame's column of producer times (:data:`TIMESTAMP_COLUMN`), if any.
     """
 
     options: SinkOptions
@@ -64,6 +72,7 @@ class WritePlan:
     topic_column: str | None = None
     partition_column: str | None = None
     rotation: int = 0
+    timestamp_column: str | None = None
 
     @property
     def label(self) -> str:
@@ -109,7 +118,8 @@ def plan_write(options: Mapping[str, str], schema: StructType) -> tuple[WritePla
 
     Raises:
         InvalidOptionError: bad options (named), an unsupported store URL, no ``topic`` option and no ``topic``
-            column, or a ``partitionKey`` column that is not in the DataFrame or cannot be hashed.
+            column, a ``partitionKey`` column that is not in the DataFrame or cannot be hashed, or a
+            ``_producerTimestamp`` column that is not a timestamp.
         SchemaMismatchError: the DataFrame does not fit the existing topic.
     """
     cfg = parse_options(options)
@@ -133,7 +143,11 @@ def plan_write(options: Mapping[str, str], schema: StructType) -> tuple[WritePla
             "option topic is missing and the DataFrame has no string column named topic: name the topic with "
             ".option('topic', ...) or give each row its topic in a 'topic' column"
         )
-    data = pa.schema([f for f in arrow if f.name not in (topic_col, part_col)])
+    ts_col = next((f.name for f in arrow if f.name.lower() == TIMESTAMP_COLUMN.lower()), None)
+    if ts_col is not None and not pa.types.is_timestamp(arrow.field(ts_col).type):
+        raise InvalidOptionError(f"column {ts_col!r} gives each row's producer time and must be a timestamp, "
+                                 f"not {arrow.field(ts_col).type}")
+    data = pa.schema([f for f in arrow if f.name not in (topic_col, part_col, ts_col)])
     missing = [c for c in cfg.partition_key if data.get_field_index(c) < 0]
     if missing:
         raise InvalidOptionError(
@@ -152,4 +166,4 @@ def plan_write(options: Mapping[str, str], schema: StructType) -> tuple[WritePla
             "choose partitions; give one of them"
         )
     rotation = random.randrange(1 << 30)
-    return WritePlan(cfg, store.url, meta, data, renames, topic_col, part_col, rotation), store
+    return WritePlan(cfg, store.url, meta, data, renames, topic_col, part_col, rotation, ts_col), store

@@ -21,6 +21,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 from coordinator import InvalidOptionError, SegmentRef, Store, TopicMeta, check_name, conform, stage_segment
 from coordinator.layout import segment_name
 from coordinator.partitioner import check_key, partition_for
+from coordinator.segments import now_us, stamp
 
 if TYPE_CHECKING:
     from txnsink.plan import WritePlan
@@ -189,7 +190,8 @@ def stage_batches(
     target_bytes: int = SEGMENT_TARGET_BYTES,
 ) -> SinkMessage:
     """Route each batch's rows to their topics and partitions (see :mod:`txnsink.plan`), conform them to each
-    topic's schema and stage a segment per (topic, partition) whenever its buffer reaches ``target_bytes``, and at
+    topic's schema, stamp them with their producer time (the plan's timestamp column, else the time the batch
+    arrived) and stage a segment per (topic, partition) whenever its buffer reaches ``target_bytes``, and at
     the end. File names start with the transaction id ``txn`` (so GC can tell from a name whether a commit may still
     name it).
 
@@ -224,13 +226,15 @@ def stage_batches(
             if batch.num_rows == 0:
                 continue
             whole = pa.Table.from_batches([batch])
+            arrived = now_us()
             for name, part in _by_topic(whole, plan):
                 meta, renames = topics.get(name)
                 given = part.column(plan.partition_column) if plan.partition_column is not None else None
                 data = part.select(plan.data.names)
                 if renames:
                     data = data.rename_columns([renames.get(c, c) for c in data.column_names])
-                table = conform(data, meta)
+                table = stamp(conform(data, meta),
+                              arrived if plan.timestamp_column is None else part.column(plan.timestamp_column))
                 rows += table.num_rows
                 if given is not None:
                     pieces = _split_given(table, meta, given, plan.partition_column or "")

@@ -3,7 +3,7 @@
 Entry points for :class:`pyspark_txnlog.DefaultSource`:
 
 * :func:`read_schema`: the read schema (topic columns, united by name across topics, then ``_topic``,
-  ``_partition``, ``_offset``, ``_timestamp``);
+  ``_partition``, ``_offset``, ``_timestamp``, ``_producerTimestamp``);
 * :func:`make_reader`: the batch reader (one transaction-consistent snapshot per read, segment-range planning,
   filter pushdown on the metadata columns);
 * :func:`make_stream_reader`: the micro-batch reader (admission control as Spark's Kafka source,

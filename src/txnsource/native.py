@@ -13,6 +13,9 @@ of them (one per topic, unless it has many files), the metadata columns computed
   (or, for a compacted file, of the run of rows the row index falls in);
 * rows outside a slice (a range that starts or ends inside a file) are filtered on the row index.
 
+``_producerTimestamp`` is the segment's own producer-time column, read like a data column (null in files written
+before it existed, as the Python reader gives).
+
 Columns a query does not use are never read: Spark's pruning sees plain expressions. (Spark reads the row index
 of each row whenever a query could refer to ``_metadata``; it costs far less than the per-row struct that any
 reference to a metadata field makes it build.)
@@ -39,6 +42,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from coordinator.errors import InvalidOptionError
+from coordinator.segments import PRODUCER_TS
 from txnsource.options import ReadOptions, parse_options
 
 if TYPE_CHECKING:
@@ -114,8 +118,8 @@ def read(spark: SparkSession, path: str, schema: StructType | str | None = None,
             ``endingOffsets``, ``isolationLevel``, ``s3.*``, ...) and ``readPath``; values are turned into strings.
 
     Returns:
-        A DataFrame of the topics' columns and ``_topic``, ``_partition``, ``_offset``, ``_timestamp`` (or of
-        ``schema``).
+        A DataFrame of the topics' columns and ``_topic``, ``_partition``, ``_offset``, ``_timestamp``,
+        ``_producerTimestamp`` (or of ``schema``).
 
     Raises:
         InvalidOptionError: a bad option, or ``readPath`` = ``native`` where the native path does not apply
@@ -368,7 +372,8 @@ def scan_frame(spark: SparkSession, scan: NativeScan, schema: StructType, full: 
     from pyspark.sql import types as T
 
     wanted = set(schema.names)
-    data = [f for f in full.fields if f.name in topic_columns and f.name in wanted]
+    stored = (*topic_columns, PRODUCER_TS)
+    data = [f for f in full.fields if f.name in stored and f.name in wanted]
     reader = spark.read.schema(T.StructType([T.StructField(f.name, f.dataType, True) for f in data]))
     for k, v in fs_options.items():
         reader = reader.option(k, v)
@@ -398,6 +403,8 @@ def scan_frame(spark: SparkSession, scan: NativeScan, schema: StructType, full: 
             col = f"{INFO}.b + {ROW}"
         elif name == "_timestamp":
             col = f"timestamp_micros({INFO}.t)"
+        elif name == PRODUCER_TS:
+            col = _quoted(name)
         elif name not in topic_columns:
             col = f"CAST(NULL AS {field.dataType.simpleString()})"
         elif source.nullable or field.nullable:

@@ -66,8 +66,10 @@ Other options:
     Store access; never persisted, hidden from ``repr``.
 
 Record timestamps: ``_timestamp`` is the commit time of the record's transaction (Kafka's ``LogAppendTime``; all
-records of one transaction share it). Records carry no producer time and no Kafka-style headers of their own; a
-``map<string,binary>`` column named ``headers`` is an ordinary topic column, written and read end to end.
+records of one transaction share it), ``_producerTimestamp`` the producer's time of the record (Kafka's
+``CreateTime``; null for records written before segments stored it). The timestamp options go by ``_timestamp``.
+Records carry no Kafka-style headers of their own; a ``map<string,binary>`` column named ``headers`` is an ordinary
+topic column, written and read end to end.
 
 Batch reads refuse the stream-only options (they say so), streams refuse the batch-only ones; any other key is
 refused, so a misspelt option never passes silently.

@@ -9,6 +9,8 @@ it applies exactly (never approximately), so a query returns the same rows with 
   read, and rows of a read segment outside the ranges are dropped;
 * ``_timestamp`` (the commit time, one value per segment) skips whole segments.
 
+``_producerTimestamp`` (one value per row) is not pushed: Spark evaluates filters on it.
+
 Records of uncommitted transactions (``read_uncommitted``) have a null ``_offset`` and ``_timestamp``, which no
 comparison matches: any pushed ``_offset`` or ``_timestamp`` filter excludes them, as Spark would.
 """

@@ -42,6 +42,7 @@ META = [
     StructField("_partition", IntegerType(), False),
     StructField("_offset", LongType(), True),
     StructField("_timestamp", TimestampType(), True),
+    StructField("_producerTimestamp", TimestampType(), True),
 ]
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
@@ -138,7 +139,7 @@ def test_schema_maps_arrow_types_and_nullability_and_rows_round_trip(spark: Any,
         StructField("bin", BinaryType(), True),
         *META,
     ])
-    got = df.drop("_timestamp").orderBy("i")
+    got = df.drop("_timestamp", "_producerTimestamp").orderBy("i")
     expected = spark.createDataFrame(
         [(1, None, 1.5, "x", True, when, dt.datetime(2024, 1, 2, 3, 4), dt.date(2024, 1, 2),
           decimal.Decimal("12.34"), bytearray(b"\x00\x01"), "typed", 0, 0),
@@ -146,7 +147,7 @@ def test_schema_maps_arrow_types_and_nullability_and_rows_round_trip(spark: Any,
         got.schema,
     )
     assert_df_equality(got, expected)
-    assert df.filter("_timestamp is null").count() == 0
+    assert df.filter("_timestamp is null or _producerTimestamp is null").count() == 0
 
 
 def test_metadata_columns_hold_topic_partition_offsets_and_commit_time(spark: Any, orders: str) -> None:

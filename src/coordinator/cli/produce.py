@@ -3,7 +3,8 @@
 Files are read with the topic's schema (JSON Lines and CSV values are converted to its types, decimals and
 timestamps included; Parquet columns are cast safely), split over the partitions (``--partition``, the hash of
 ``--key`` columns exactly as the producer and the Spark writer hash, or evenly) and staged as segments of the
-configured size; the commit makes all of it visible at once, or none of it. ``-`` reads standard input
+configured size, each row stamped with the time its chunk was read as its producer time (``_producerTimestamp``);
+the commit makes all of it visible at once, or none of it. ``-`` reads standard input
 (``--format`` then required). CSV and Parquet are streamed; a JSON Lines file is read whole.
 
 By default the transaction belongs to a one-off producer that its own commit removes (as a Spark batch job's);
@@ -30,7 +31,7 @@ from coordinator.errors import InvalidOptionError, SchemaMismatchError, TxnLogEr
 from coordinator.layout import segment_name
 from coordinator.producer import hash_partition
 from coordinator.records import SegmentRef
-from coordinator.segments import stage_segment
+from coordinator.segments import now_us, stage_segment, stamp
 from coordinator.store import Store
 from coordinator.topics import TopicMeta, conform, get_topic
 
@@ -169,7 +170,7 @@ def produce(store: Store, coord: TransactionCoordinator, meta: TopicMeta, source
         turn = 0
         for path, fmt in sources:
             for table in read_file(path, fmt, meta.schema):
-                table = conform(table, meta)
+                table = stamp(conform(table, meta), now_us())
                 for p, part in split(table, meta.partitions, partition=partition, key=key, turn=turn):
                     stager.add(p, part)
                 turn += 1

@@ -249,7 +249,8 @@ class StoreView:
     def read(self, topic: str, *, columns: Sequence[str] | None = None, as_arrow: bool = False,
              ) -> pd.DataFrame | pa.Table:
         """Every committed record of ``topic`` at one transaction-consistent snapshot, with ``_partition``,
-        ``_offset`` and ``_timestamp``: a pandas DataFrame (``_timestamp`` as ``datetime64[ns, UTC]``), or with
+        ``_offset``, ``_timestamp`` and ``_producerTimestamp``: a pandas DataFrame (times as
+        ``datetime64[ns, UTC]``), or with
         ``as_arrow`` a pyarrow Table. ``columns`` selects columns.
 
         Raises:
@@ -262,8 +263,9 @@ class StoreView:
         if as_arrow:
             return table
         df = table.to_pandas()
-        if "_timestamp" in df:
-            df["_timestamp"] = df["_timestamp"].astype("datetime64[ns, UTC]")
+        for name in ("_timestamp", "_producerTimestamp"):
+            if name in df:
+                df[name] = df[name].astype("datetime64[ns, UTC]")
         return df
 
     # -- plots ------------------------------------------------------------------------------------------------

@@ -69,7 +69,7 @@ def compact_partition(
     for group in _groups(list(plog.segments), target_bytes, plog.start_offset):
         layout = coord.log.state.partition(topic, partition).layout
         tables = parallel.pmap(lambda s: read_segment(coord.store, s.path, size=s.size, crc32=s.crc32), group)
-        merged = pa.concat_tables(tables)
+        merged = pa.concat_tables(tables, promote_options="default")  # older segments lack producer times
         data = encode_table(merged, fmt)
         ext = ".parquet" if fmt == "parquet" else ".arrow"
         path = data_path(topic, partition, segment_name(f"{COMPACTED_PREFIX}{uuid.uuid4().hex}", "merged") + ext)
