@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from coordinator import InvalidOptionError, TransactionCoordinator
-from coordinator.segments import ROW_GROUP_ROWS
+from coordinator.segments import PRODUCER_TS, ROW_GROUP_ROWS
 from txnsink.publish import PARTITION_COLUMN, abort_native, move_files, moved, spark_files, staging_folder
 
 if TYPE_CHECKING:
@@ -217,7 +217,8 @@ def _already_committed(store: Store, plan: WritePlan) -> bool:
 
 
 def conformed(df: DataFrame, plan: WritePlan, meta: TopicMeta) -> DataFrame:
-    """``df`` with the topic's column names, order and types, every column nullable (as the topic is)."""
+    """``df`` with the topic's column names, order and types, every column nullable (as the topic is), and the
+    producer-time column segments carry (:data:`coordinator.segments.PRODUCER_TS`)."""
     from pyspark.sql import functions as F  # noqa: N812 - Spark's convention
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -231,6 +232,11 @@ def conformed(df: DataFrame, plan: WritePlan, meta: TopicMeta) -> DataFrame:
             # a value Spark cannot prove non-null (spark_partition_id is never folded), so the file says optional
             c = F.when(F.spark_partition_id() >= 0, c)
         cols.append(c.cast(f.dataType).alias(f.name))
+    # each row's producer time: the DataFrame's own column where given, else the write's time (as the sink does)
+    when = F.current_timestamp()
+    if plan.timestamp_column is not None:
+        when = F.coalesce(F.col(f"`{plan.timestamp_column}`").cast("timestamp"), when)
+    cols.append(when.alias(PRODUCER_TS))
     return df.select(*cols)
 
 

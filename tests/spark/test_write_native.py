@@ -3,6 +3,7 @@ publishes them; every outcome is read back through the data source, the native r
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from typing import Any
 
@@ -66,7 +67,9 @@ def same_everywhere(spark: Any, lake: str, topic: str, df: Any) -> pa.Table:
 
 def test_reads_back_identically_through_every_reader(spark: Any, lake: str) -> None:
     df = frame(spark, 3000)
+    before = dt.datetime.now(dt.UTC)
     got = txnsink.write(df, lake, "orders", numPartitions=3, writePath="native")
+    after = dt.datetime.now(dt.UTC)
     assert (got.path, got.rows, got.skipped) == ("native", 3000, False)
     meta = get_topic(open_store(lake), "orders")
     assert meta.schema.field("ts").type == pa.timestamp("us", tz="UTC")
@@ -75,7 +78,10 @@ def test_reads_back_identically_through_every_reader(spark: Any, lake: str) -> N
     # the files are named by the transaction (GC judges them by name) and hold the topic's exact schema
     files = data_files(lake, "orders", 3)
     assert len(files) == got.segments == 2 and all(n.startswith(got.txn + "~") for n in files)
-    table = topic_rows(lake, "orders").drop_columns(["_topic", "_partition", "_offset", "_timestamp"])
+    table = topic_rows(lake, "orders")
+    stamped = set(table.column("_producerTimestamp").to_pylist())  # every row carries the write's time
+    assert len(stamped) == 1 and before - dt.timedelta(seconds=1) <= stamped.pop() <= after
+    table = table.drop_columns(["_topic", "_partition", "_offset", "_timestamp", "_producerTimestamp"])
     assert table.schema.equals(meta.schema)
     # one transaction, its ephemeral producer gone; the staging folder removed
     assert len(TransactionCoordinator(open_store(lake)).log.refresh().producers) == 0
