@@ -3,6 +3,8 @@
 * every column into the ``noop`` sink; an aggregate over all six columns; an aggregate over two of them;
   each through the data source (``spark.read.format("txnlog")``), the native path (``txnsource.read``) and, for
   the two-column aggregate, both again with the two columns as a given schema, against Spark's Parquet reader;
+  for the first two also the floor of any Python data source (:mod:`pyarrow_floor`: the topic's segment files
+  decoded by pyarrow and handed to Spark, no metadata columns, no checks);
 * a streaming read of 1,000 records of a 1,000,000-record segment (``maxRecordsPerTrigger``): the micro-batch
   time, and the row groups that read decodes, against Spark's Parquet reader reading the same 1,000 rows of the
   same file.
@@ -16,6 +18,7 @@ medians over the rounds of wall time and of CPU time (Spark's JVM and Python wor
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import shutil
 import statistics
@@ -28,6 +31,7 @@ from typing import Any
 AGG6 = ("sum(id)", "sum(category)", "sum(amount)", "max(customer)", "max(event_time)", "sum(cast(flagged AS int))")
 AGG2 = ("sum(amount)", "max(category)")
 TWO = "category int, amount double"
+SIX = "id bigint, category int, amount double, customer string, event_time timestamp, flagged boolean"
 BIG = 1_000_000
 TARGETS = {("noop", "data source"): "1.5x", ("noop", "native"): "1.2x", ("agg6", "data source"): "1.2x",
            ("agg6", "native"): "1.1x", ("agg2", "data source"): "1.3x", ("agg2", "native"): "1.3x"}
@@ -96,12 +100,24 @@ def read_measures(spark: Any, parquet: str, lake: str, tmp: str, n: int) -> dict
     def native(schema: str | None = None) -> Any:
         return txnsource.read(spark, lake, schema, topic="bench", readPath="native")
 
+    floor_py = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pyarrow_floor.py")
+    spark.sparkContext.addPyFile(floor_py)  # the Python workers import the floor data source from it
+    from pyarrow_floor import FloorSource
+
+    spark.dataSource.register(FloorSource)
+    segments = ",".join(sorted(glob.glob(f"{lake}/topics/bench/*/data/*.parquet")))
+
+    def floor() -> Any:
+        return spark.read.format("pyarrow-floor").option("paths", segments).option("schema", SIX).load()
+
     out = {
         "noop": rounds(spark, {"Spark Parquet": lambda: noop(spark.read.parquet(parquet)),
                                "data source": lambda: noop(txn()),
+                               "pyarrow floor": lambda: noop(floor()),
                                "native": lambda: noop(native())}, n),
         "agg6": rounds(spark, {"Spark Parquet": lambda: spark.read.parquet(parquet).selectExpr(*AGG6).collect(),
                                "data source": lambda: txn().selectExpr(*AGG6).collect(),
+                               "pyarrow floor": lambda: floor().selectExpr(*AGG6).collect(),
                                "native": lambda: native().selectExpr(*AGG6).collect()}, n),
         "agg2": rounds(spark, {"Spark Parquet": lambda: spark.read.parquet(parquet).selectExpr(*AGG2).collect(),
                                "data source": lambda: txn().selectExpr(*AGG2).collect(),

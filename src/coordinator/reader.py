@@ -17,7 +17,7 @@ import pyarrow as pa
 from coordinator.errors import InvalidOptionError
 from coordinator.layout import data_dir
 from coordinator.partition import PartitionLog, SegmentSlice
-from coordinator.segments import PRODUCER_TS, decode_rows, read_rows
+from coordinator.segments import PRODUCER_TS, decode_rows, stream_rows
 from coordinator.store import Store
 
 READ_COMMITTED = "read_committed"
@@ -109,7 +109,8 @@ def read_slices(
 ) -> Iterator[pa.RecordBatch]:
     """Yield the records of ``slices`` as batches of ``schema`` (a topic's :func:`output_schema`, or a projection
     of it to ``columns``). Only the projected data columns, and only the row groups holding each slice's rows,
-    are decoded; metadata columns are computed only when projected.
+    are decoded, one row group per batch (or fewer rows), so a consumer works on one batch while the next is
+    decoded; metadata columns are computed only when projected.
 
     Raises:
         CorruptLogError: a segment is missing, truncated, fails its checksum, or lacks a column or rows.
@@ -118,11 +119,14 @@ def read_slices(
     data_names = _stored_names(out_schema)
     for sl in slices:
         seg = sl.segment
-        table = read_rows(store, seg.path, sl.skip, sl.rows, data_names, size=seg.size if verify else None,
-                          crc32=seg.crc32 if verify else None)
         ts = _slice_timestamps(sl) if "_timestamp" in out_schema.names else None
-        yield from _assemble(table, sl.rows, out_schema, seg.path, topic, partition, sl.first_offset,
-                             ts).to_batches()
+        done = 0
+        for table in stream_rows(store, seg.path, sl.skip, sl.rows, data_names, size=seg.size if verify else None,
+                                 crc32=seg.crc32 if verify else None):
+            n = table.num_rows
+            yield from _assemble(table, n, out_schema, seg.path, topic, partition, sl.first_offset + done,
+                                 None if ts is None else ts.slice(done, n)).to_batches()
+            done += n
 
 
 def read_range(

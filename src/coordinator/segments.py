@@ -17,7 +17,7 @@ from __future__ import annotations
 import io
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -206,6 +206,57 @@ def decode_rows(
     return table.slice(skip - first, end - skip)
 
 
+def iter_rows(
+    data: bytes,
+    path: str,
+    skip: int = 0,
+    rows: int | None = None,
+    columns: Sequence[str] | None = None,
+    *,
+    size: int | None = None,
+    crc32: int | None = None,
+) -> Iterator[pa.Table]:
+    """:func:`decode_rows`, one Parquet row group (Arrow record batch) at a time: tables whose rows, in order, are rows
+    ``[skip, skip + rows)`` of the file. Decoding is single-threaded, for callers that already run one task per core
+    (Spark's) and that consume a chunk while the next one is decoded. The file is checked before the first chunk.
+
+    Raises:
+        CorruptLogError: as :func:`decode_rows` (the checks are made before the first chunk is yielded).
+    """
+    if size is not None and len(data) != size:
+        raise CorruptLogError(f"segment {path} is truncated or damaged: {len(data)} bytes, expected {size}")
+    if crc32 is not None and zlib.crc32(data) != crc32:
+        raise CorruptLogError(f"segment {path} fails its checksum")
+    if path.endswith(".arrow"):  # IPC batches are not compressed: decoding them whole costs nothing extra
+        yield decode_rows(data, path, skip, rows, columns)
+        return
+    try:
+        pf = pq.ParquetFile(pa.BufferReader(data))
+        counts = [pf.metadata.row_group(i).num_rows for i in range(pf.metadata.num_row_groups)]
+        names = pf.schema_arrow.names if columns is None else [c for c in columns if c in pf.schema_arrow.names]
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorruptLogError(f"segment {path} cannot be decoded: {exc}") from exc
+    total = sum(counts)
+    end = total if rows is None else skip + rows
+    if end > total or skip < 0:
+        raise CorruptLogError(f"segment {path} holds {total} rows, rows [{skip}, {end}) were asked for")
+    if not names:
+        yield pa.table({"_": pa.nulls(end - skip)}).select([])
+        return
+    picked, pos = _pick(counts, skip, end)
+    for i in picked:
+        try:
+            table = pf.read_row_group(i, columns=names, use_threads=False)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise CorruptLogError(f"segment {path} cannot be decoded: {exc}") from exc
+        DECODED.row_groups += 1
+        DECODED.rows += counts[i]
+        DECODED.column_chunks += len(names)
+        lo, hi = max(skip, pos) - pos, min(end, pos + counts[i]) - pos
+        pos += counts[i]
+        yield table if (lo, hi) == (0, table.num_rows) else table.slice(lo, hi - lo)
+
+
 def _get(store: Store, path: str) -> bytes:
     try:
         return store.get(path)
@@ -238,3 +289,22 @@ def read_rows(
         CorruptLogError: the file is missing, truncated, damaged, undecodable or too short.
     """
     return decode_rows(_get(store, path), path, skip, rows, columns, size=size, crc32=crc32)
+
+
+def stream_rows(
+    store: Store,
+    path: str,
+    skip: int,
+    rows: int,
+    columns: Sequence[str] | None = None,
+    *,
+    size: int | None = None,
+    crc32: int | None = None,
+) -> Iterator[pa.Table]:
+    """Read a segment and decode rows ``[skip, skip + rows)`` of ``columns`` one row group at a time (see
+    :func:`iter_rows`).
+
+    Raises:
+        CorruptLogError: the file is missing, truncated, damaged, undecodable or too short.
+    """
+    return iter_rows(_get(store, path), path, skip, rows, columns, size=size, crc32=crc32)

@@ -13,6 +13,7 @@ plain :class:`TxnLogBatchReader` everywhere else; results are the same either wa
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -45,7 +46,9 @@ class TxnLogBatchReader(DataSourceReader):
         return f"{type(self).__name__}(path={self.options.path!r}, topics={self.options.topics!r})"
 
     def partitions(self) -> Sequence[InputPartition]:
-        """Take the snapshot and plan it into input partitions.
+        """Take the snapshot and plan it into input partitions (see :func:`txnsource.planning.plan_partitions`;
+        Spark does not tell a Python data source its default parallelism, so this machine's core count, the
+        parallelism of a local session, stands for it).
 
         Raises:
             TopicNotFoundError: a topic does not exist, or ``subscribePattern`` matches none.
@@ -78,7 +81,7 @@ class TxnLogBatchReader(DataSourceReader):
             staged = {tp: staged_paths(coord, tp[0], tp[1], paths, snap.seq) for tp, paths in listed.items()}
         return plan_partitions(coord, metas, ranges, self.pushed, target_bytes=opts.max_partition_bytes,
                                min_partitions=opts.min_partitions, staged=staged,
-                               max_rows=opts.max_records_per_partition)
+                               max_rows=opts.max_records_per_partition, parallelism=os.cpu_count())
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Yield the partition's records as Arrow batches of exactly the read schema.

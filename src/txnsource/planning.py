@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 #: (path, base_offset, rows, size, crc32, ts, commit_seq, txn, skip, slice_rows, runs): one segment slice,
 #: plainly; ``runs`` are a compacted segment's (first offset, commit ts, commit_seq) per merged transaction.
 SliceSpec = tuple[str, int, int, int, int, int, int, str, int, int, tuple[tuple[int, int, int], ...]]
+#: The smallest input partition the ``parallelism`` rule makes (Spark's ``spark.sql.files.openCostInBytes``).
+MIN_SPLIT_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -86,12 +88,16 @@ def plan_partitions(
     min_partitions: int | None = None,
     staged: Mapping[tuple[str, int], Sequence[str]] | None = None,
     max_rows: int | None = None,
+    parallelism: int | None = None,
 ) -> list[TxnInputPartition]:
     """Input partitions for the offset ranges (and staged files) given, after pushdown.
 
     Slices of one topic partition are grouped into input partitions of about ``target_bytes`` each and, with
     ``max_rows`` (``maxRecordsPerPartition``), of at most ``max_rows`` rows each (a segment is then split by row
-    range).
+    range). The target shrinks to spread the read over ``min_partitions`` partitions, and, as Spark's file
+    sources do, over ``parallelism`` tasks (not below :data:`MIN_SPLIT_BYTES`). A segment larger than the target
+    is cut at row-group boundaries (:data:`coordinator.segments.ROW_GROUP_ROWS`), so one big segment is read by
+    several tasks that each decode only their own row groups.
 
     Raises:
         OffsetOutOfRangeError: a range lies outside its partition's log (a caller bug: ranges come from a
@@ -124,6 +130,9 @@ def plan_partitions(
     target = float(target_bytes)
     if min_partitions:
         target = min(target, max(1.0, math.ceil(total / min_partitions)))
+    if parallelism:
+        target = min(target, max(float(MIN_SPLIT_BYTES), math.ceil(total / parallelism)))
+    plans = {tp: [s for s in _split_big(specs, target) if _touches(s, allowed[tp])] for tp, specs in plans.items()}
     schemas = {t: m.schema.serialize().to_pybytes() for t, m in metas.items()}
     out: list[TxnInputPartition] = []
     for (topic, p), specs in plans.items():
@@ -143,6 +152,26 @@ def plan_partitions(
         for (topic, p), paths in sorted(staged.items()):
             if paths and push.allows_topic(topic) and push.allows_partition(p):
                 out.append(TxnInputPartition(topic, p, schemas[topic], (), tuple(paths), None))
+    return out
+
+
+def _split_big(specs: Sequence[SliceSpec], target: float) -> list[SliceSpec]:
+    """``specs`` with every slice estimated above ``target`` bytes cut into pieces of a whole number of row groups
+    (file rows ``k * ROW_GROUP_ROWS``) of about ``target`` bytes each; a slice within one row group stays whole."""
+    from coordinator.segments import ROW_GROUP_ROWS
+
+    out: list[SliceSpec] = []
+    for spec in specs:
+        rows, size, skip, n = spec[2], spec[3], spec[8], spec[9]
+        if _est_bytes(spec) <= target or n <= ROW_GROUP_ROWS:
+            out.append(spec)
+            continue
+        groups = max(1, round(target * rows / size / ROW_GROUP_ROWS))
+        pos, end = skip, skip + n
+        while pos < end:
+            cut = min(end, (pos // ROW_GROUP_ROWS + groups) * ROW_GROUP_ROWS)
+            out.append((*spec[:8], pos, cut - pos, spec[10]))
+            pos = cut
     return out
 
 
