@@ -99,8 +99,6 @@ IDLE_POLLS = 4
 #: After winning an entry, a writer keeps appending entries for intents still waiting for at most this long (its
 #: own caller waits meanwhile; every hand-over to another writer costs the log a few idle looks).
 SERVE_S = 3.0
-#: A committer that read an entry deciding several requests this recently queues instead of trying directly.
-BUSY_S = 0.15
 #: A writer serving the queue stops after this many looks in a row that find no intent waiting.
 SERVE_EMPTY_LOOKS = 4
 #: A writer serving the queue stops after losing this many races in a row (another writer serves it).
@@ -175,8 +173,6 @@ class TransactionLog:
         self._pending_checkpoint: Callable[[], None] | None = None
         self._jumped_at = -1
         self._probed = False
-        #: when this process last read an entry of another writer deciding several requests (a writer serving)
-        self._group_seen_at = -1e9
 
     @property
     def state(self) -> CoordinatorState:
@@ -317,8 +313,6 @@ class TransactionLog:
     def _apply(self, entry: LogEntry) -> None:
         self.state.apply(entry)
         self._remember(entry)
-        if len(entry.items) > 1:
-            self._group_seen_at = time.monotonic()
 
     def _remember(self, entry: LogEntry) -> None:
         self._recent[entry.seq] = entry
@@ -411,14 +405,14 @@ class TransactionLog:
     def submit(self, req: Request) -> Outcome:
         """Get ``req`` decided.
 
-        First one direct try, unless other intents are already waiting or this process just read an entry of a
-        writer serving the queue: build the next entry from ``req`` and every waiting intent, and create it. If
-        another writer took that entry, or others were queued, ``req`` (a commit, abort or init request) is
-        published as an intent and this process waits for a writer to decide it, looking at the log every
-        ~``POLL_S`` seconds; only when the log has not moved for :data:`IDLE_POLLS` to twice as many looks (drawn
-        per request) does it try to append itself, with the intents it already read (so waiting writers do not
-        race the one serving the queue, nor all take over at once). A writer that wins an entry keeps serving the
-        queue for a while (:meth:`_serve`). Other requests retry with exponential backoff and full jitter.
+        First one direct try, unless other intents are already waiting: build the next entry from ``req`` and every
+        waiting intent, and create it. If another writer took that entry, or others were queued, ``req`` (a commit,
+        abort or init request) is published as an intent and this process waits for a writer to decide it, looking
+        at the log every ~``POLL_S`` seconds; only when the log has not moved for :data:`IDLE_POLLS` to twice as
+        many looks (drawn per request) does it try to append itself, with the intents it already read (so waiting
+        writers do not race the one serving the queue, nor all take over at once). A writer that wins an entry
+        keeps serving the queue for a while (:meth:`_serve`). Other requests retry with exponential backoff and
+        full jitter.
 
         Returns:
             the outcome (see :class:`~coordinator.decisions.Outcome`).
@@ -487,7 +481,7 @@ class TransactionLog:
                 if wrote_intent:
                     raise CommitStateUnknownError(msg + "; its intent may still be decided")
                 raise ConcurrentCommitError(msg + "; the store is too contended")
-            if wrote_intent and attempt == 1 and not queued and not self._busy():
+            if wrote_intent and attempt == 1 and not queued:
                 # Just queued after a lost race: one more try soon (jittered), unless the log moves again
                 # meanwhile (then a writer is making progress and will serve the queue). A request queued behind
                 # others already waiting is not retried: a writer is serving them, and racing it only slows the
@@ -549,9 +543,7 @@ class TransactionLog:
             got = self._outcome(req)
             if got is not None:
                 return None, got, False
-            if queue and (self._undecided(names, req.id) or self._busy()):
-                # others wait, or a writer was serving the queue a moment ago: it decides req too, and a direct
-                # try would race it
+            if queue and self._undecided(names, req.id):
                 return None, None, True
             others = self._waiting(names, req.id) if fetch else self._known_waiting(names, req.id)
             if decide(req, self.state.copy(), max(now_ms(), self.state.ts)) is None:
@@ -730,11 +722,6 @@ class TransactionLog:
             if got is not None:
                 self._intents[rid] = got
         return [self._intents[rid] for rid in ids if rid in self._intents]
-
-    def _busy(self) -> bool:
-        """Whether this process read, a moment ago, an entry of another writer deciding several requests: a writer
-        is serving the queue."""
-        return time.monotonic() - self._group_seen_at < BUSY_S
 
     def _known_waiting(self, names: list[str], own: str) -> list[Request]:
         """The undecided intents among ``names`` that this process has already read (no request)."""
