@@ -574,7 +574,10 @@ class TransactionLog:
                     names = listing()
                     with self._lock:
                         if lost:
-                            self._catch_up()  # the entry that won the race
+                            # the entry that won the race: listed, not asked for by name, so a view that fell far
+                            # behind while serving jumps to the newest checkpoint instead of reusing a number
+                            self._list_forward()
+                            self._refreshed = time.monotonic()
                         others = self._waiting(names, "")
                         # committers decided by the last entry come back with their next commit soon: a queue
                         # that is empty for a moment is looked at a few more times before serving stops
