@@ -126,7 +126,9 @@ def throughput(kind: str, n: int, seconds: float, processes: bool) -> dict[str, 
         results: list[tuple[int, int, list[float]]] = []
         if processes:
             raw = fresh()
-            url, opts = raw.url, {}
+            # the children open the store themselves: the endpoint's options (credentials included) go to them as
+            # arguments of the forked process, never through the command line or the output
+            url, opts = raw.url, dict(STORE_OPTIONS)
             ready, go, out = mp.Semaphore(0), mp.Queue(), mp.Queue()
             procs = [mp.Process(target=_proc_main, args=(url, opts, i, ready, go, seconds, out)) for i in range(n)]
             for pr in procs:
@@ -200,17 +202,23 @@ def spark_commit_requests(kind: str, history: int = 50) -> dict[str, float]:
         schema = StructType([StructField("v", LongType())])
         opts = {"path": raw.url, "topic": "s", **STORE_OPTIONS}
         qid = str(uuid.uuid4())
-        counts = []
-        for batch in range(5):
+        counts, later = [], []
+        for batch in range(8):  # 8 batches: at least one writes the coordinator checkpoint (every 4th entry)
             planner = make_stream_writer(opts, schema, False)  # the driver's planning worker
             msg = planner.stage(iter(pa.table({"v": [batch]}, schema=SCHEMA).to_batches()),
                                 TaskIds(batch % 2, 0, batch, qid, batch))
-            counts.append(_fresh_commit_requests(opts, schema, msg, batch))
-        return {"history_commits": history, "median_requests": statistics.median(counts), "max_requests": max(counts)}
+            until_return, background = _fresh_commit_requests(opts, schema, msg, batch)
+            counts.append(until_return)
+            later.append(background)
+        return {"history_commits": history, "median_requests": statistics.median(counts), "max_requests": max(counts),
+                "max_background_after": max(later)}
 
 
-def _fresh_commit_requests(opts: dict[str, str], schema: Any, msg: Any, batch: int) -> int:
-    """Requests the fresh commit worker makes: ``streamWriter()`` and ``commit`` on store objects it opens itself."""
+def _fresh_commit_requests(opts: dict[str, str], schema: Any, msg: Any, batch: int) -> tuple[int, int]:
+    """Requests the fresh commit worker makes on store objects it opens itself: every request made from
+    ``streamWriter()`` until ``commit`` returns, from any thread (derived work already started in the background
+    is counted if its requests started by then); and the requests derived work (the coordinator checkpoint every
+    4th entry) makes in the background after the return, counted over the next second."""
     import txnsink.plan as plan_module
     import txnsink.stream as stream_module
     from coordinator import probe as probe_module
@@ -229,10 +237,12 @@ def _fresh_commit_requests(opts: dict[str, str], schema: Any, msg: Any, batch: i
     stream_module.open_store = counting_open  # type: ignore[assignment]
     try:
         make_stream_writer(opts, schema, False).commit([msg], batch)
+        until_return = sum(st.counters.total() for st in opened)
     finally:
         plan_module.open_store = real_open  # type: ignore[assignment]
         stream_module.open_store = real_open  # type: ignore[assignment]
-    return sum(st.counters.total() for st in opened)
+    time.sleep(1.0)
+    return until_return, sum(st.counters.total() for st in opened) - until_return
 
 
 # -- 4. a consumer poll after 1,000 commits elsewhere ----------------------------------------------------------------
@@ -284,16 +294,42 @@ def snapshot_round_trips(kind: str, partitions: int = 256) -> dict[str, float]:
 # -- 6. bounded state -------------------------------------------------------------------------------------------------
 
 
-def bounded_state(commits: int, jobs: int, producers: int = 16) -> dict[str, float]:
+#: Retention of the bounded-state run's topic: about this many bytes of newest segments are kept per partition.
+STATE_RETENTION_BYTES = 100 * 100
+#: Simulated time between two commits of the bounded-state run (1M commits span about two years), so that what the
+#: state forgets by age (retired segments after 7 days) is forgotten within the run.
+STATE_TICK_MS = 60_000
+
+
+def bounded_state(commits: int, jobs: int, producers: int = 16, maintain_every: int = 20_000) -> dict[str, float]:
     """``commits`` producer commits spread over ``producers`` transactional ids and partitions, then ``jobs`` Spark
-    batch jobs (an ephemeral producer each), through the real protocol on the memory store; segments are not
-    written (their references are): the log, checkpoints and records are."""
+    batch jobs (an ephemeral producer each), through the real protocol on the memory store. Segments are not
+    written (their references are): the log, checkpoints and partition records are. Every ``maintain_every``
+    commits (and at the end) a maintenance pass runs as ``txnlog maintain`` does (:func:`maintain`: retention by
+    the topic's ``retention.bytes``, GC, partition checkpoints and truncation, coordinator checkpoint), with grace
+    periods passed, as if the pass ran an hour later (ages are simulated: ``grace_ms=0`` for partitions, a clock
+    an hour ahead for the log's truncation, whose grace period cannot go below a minute). Commit times come from a
+    simulated clock advancing :data:`STATE_TICK_MS` per commit (the log's entry times are its only clock here)."""
+    import coordinator.txnlog as txnlog_module
+    from coordinator.maintenance import maintain
     from coordinator.records import SegmentRef
 
+    clock = [time.time() * 1000]
+
+    def tick() -> int:
+        clock[0] += STATE_TICK_MS
+        return int(clock[0])
+
+    def maintenance() -> None:
+        maintain(coord, compact=False, gc=True, grace_ms=0)
+        coord.log.truncate(now=time.time() + 3600)
+
     url = f"memory://state-{uuid.uuid4().hex}"
+    real_now = txnlog_module.now_ms
+    txnlog_module.now_ms = tick  # type: ignore[assignment]
     try:
         store = open_store(url)
-        create_topic(store, "t", SCHEMA, producers)
+        create_topic(store, "t", SCHEMA, producers, {"retention.bytes": str(STATE_RETENTION_BYTES)})
         coord = TransactionCoordinator(store)
         idents = [coord.init_producer(f"p{k}") for k in range(producers)]
         t0 = time.monotonic()
@@ -303,21 +339,31 @@ def bounded_state(commits: int, jobs: int, producers: int = 16) -> dict[str, flo
             seg = SegmentRef("t", n % producers, f"topics/t/{n % producers}/data/{ident.txn_id(k)}~x.parquet",
                              1, 100, 0)
             coord.commit(ident, ident.txn_id(k), [seg])
-            if n and n % 50_000 == 0:
-                coord.log.truncate(now=time.time() + 3600)  # as if an hour passed: every checkpoint is old
-                print(f"  {n} commits, {time.monotonic() - t0:.0f} s", file=sys.stderr)
+            if n and n % maintain_every == 0:
+                maintenance()
+                print(f"  {n} commits, {time.monotonic() - t0:.0f} s, {len(store.list_info(''))} objects",
+                      file=sys.stderr)
         for j in range(jobs):
             ident = coord.init_producer(f"spark-batch-{uuid.uuid4().hex}", ephemeral=True)
             seg = SegmentRef("t", j % producers, f"topics/t/{j % producers}/data/{ident.txn_id(0)}~s.parquet",
                              1, 100, 0)
             coord.commit(ident, ident.txn_id(0), [seg], end_producer=True)
-        coord.log.write_checkpoint()
-        coord.log.truncate(now=time.time() + 3600)
+            if j and j % maintain_every == 0:
+                maintenance()
+                print(f"  {j} batch jobs, {time.monotonic() - t0:.0f} s", file=sys.stderr)
+        coord.log.flush()
+        maintenance()
         last = store.get("_txn/checkpoint/_last.json")
-        txn_objects = len(store.list_info("_txn"))
-        return {"commits": commits, "batch_jobs": jobs, "checkpoint_bytes": len(last), "objects_under_txn": txn_objects,
-                "producers_in_state": len(coord.log.state.producers), "seconds": time.monotonic() - t0}
+        everything = store.list_info("")
+        txn_objects = [i for i in everything if i.path.startswith("_txn/")]
+        part_objects = [i for i in everything if "/log/" in i.path or "/checkpoint/" in i.path
+                        if i.path.startswith("topics/")]
+        return {"commits": commits, "batch_jobs": jobs, "checkpoint_bytes": len(last),
+                "objects_under_txn": len(txn_objects), "producers_in_state": len(coord.log.state.producers),
+                "partition_log_objects": len(part_objects), "store_objects": len(everything),
+                "store_kb": sum(i.size for i in everything) / 1024, "seconds": time.monotonic() - t0}
     finally:
+        txnlog_module.now_ms = real_now  # type: ignore[assignment]
         MemoryStore.drop(url)
 
 

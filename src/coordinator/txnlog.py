@@ -75,9 +75,10 @@ log = logging.getLogger(__name__)
 DEFAULT_CHECKPOINT_INTERVAL = 4
 #: Entries and checkpoints below the newest checkpoint older than this are deleted (protects readers mid-open).
 DEFAULT_LOG_GRACE_MS = 10 * 60_000
-#: Every this many checkpoints, the checkpoint writer also truncates the log.
+#: Whenever a checkpoint crosses a multiple of this many checkpoint intervals, its writer also truncates the log.
 TRUNCATE_EVERY = 16
-#: Every this many checkpoints one is also kept under its own number (fallback, truncation point).
+#: Whenever a checkpoint crosses a multiple of this many checkpoint intervals, it is also kept under its own number
+#: (fallback, truncation point).
 NUMBERED_EVERY = 4
 #: Intents decided in one entry at most (keeps entries small under heavy contention).
 MAX_INTENTS_PER_ENTRY = 256
@@ -96,8 +97,13 @@ POLL_S = 0.02
 #: A waiting request tries to append itself only after the log stood still for this many looks (longer than one
 #: round of the writer serving the queue: list, read intents, write).
 IDLE_POLLS = 4
-#: After winning an entry, a writer keeps appending entries for intents still waiting for at most this long.
-SERVE_S = 1.0
+#: After winning an entry, a writer keeps appending entries for intents still waiting for at most this long (its
+#: own caller waits meanwhile; every hand-over to another writer costs the log a few idle looks).
+SERVE_S = 3.0
+#: A writer serving the queue stops after this many looks in a row that find no intent waiting.
+SERVE_EMPTY_LOOKS = 4
+#: A writer serving the queue stops after losing this many races in a row (another writer serves it).
+SERVE_LOSSES = 2
 _RECENT_KEPT = 4096
 _DECISIONS_KEPT = 20_000
 
@@ -400,12 +406,14 @@ class TransactionLog:
     def submit(self, req: Request) -> Outcome:
         """Get ``req`` decided.
 
-        First one direct try, unless other intents are already waiting: build the next entry from ``req`` and
-        every waiting intent, and create it. If another writer took that entry, or others were queued, ``req`` (a
-        commit, abort or init request) is published as an intent and this process waits for a writer to decide it,
-        looking at the log every ~``POLL_S`` seconds; only when the log has not moved for two looks does it try to
-        append itself (so waiting writers do not race the one serving the queue). A writer that wins an entry
-        keeps serving the queue for a while. Other requests retry with exponential backoff and full jitter.
+        First one direct try, unless other intents are already waiting: build the next entry from ``req`` and every
+        waiting intent, and create it. If another writer took that entry, or others were queued, ``req`` (a commit,
+        abort or init request) is published as an intent and this process waits for a writer to decide it, looking
+        at the log every ~``POLL_S`` seconds; only when the log has not moved for :data:`IDLE_POLLS` to twice as
+        many looks (drawn per request) does it try to append itself, with the intents it already read (so waiting
+        writers do not race the one serving the queue, nor all take over at once). A writer that wins an entry
+        keeps serving the queue for a while (:meth:`_serve`). Other requests retry with exponential backoff and
+        full jitter.
 
         Returns:
             the outcome (see :class:`~coordinator.decisions.Outcome`).
@@ -419,17 +427,20 @@ class TransactionLog:
         wrote_intent = False
         intent_seq = -1
         attempt = 0
+        queued = False
         start = time.monotonic()
         last_seq, idle = -2, 0
+        # waiters that saw the log stand still at the same moment do not all take over at once
+        patience = IDLE_POLLS + random.randint(0, IDLE_POLLS)
         while True:
             try:
-                if wrote_intent and idle < IDLE_POLLS:
+                if wrote_intent and idle < patience:
                     with self._lock:
                         self._catch_up()
                         won, result = None, self._outcome(req, since=intent_seq)
                 else:
-                    won, result = self._attempt(req, intentable, queue=intentable and not wrote_intent,
-                                                fresh=attempt == 0)
+                    won, result, queued = self._attempt(req, intentable, queue=intentable and not wrote_intent,
+                                                        fresh=attempt == 0, fetch=not wrote_intent)
             except CommitStateUnknownError:
                 # Did the ambiguous write land? If the log can be read, it says so; an entry that did not land
                 # decided nothing, and trying again is safe (a request is decided at most once).
@@ -447,9 +458,12 @@ class TransactionLog:
                 if wrote_intent:
                     parallel.background(functools.partial(self._delete_quietly, [intent_path(req.id)]))
                 if won is not None:
-                    self._after_win(*won)
                     if intentable and (won[1] or wrote_intent):
-                        self._serve()  # others are waiting: keep the log moving for them
+                        # others are waiting: keep the log moving for them at once; this entry's records are
+                        # written meanwhile and waited for before returning
+                        self._serve([self._after_win_later(*won)])
+                    else:
+                        self._after_win(*won)
                 return result
             attempt += 1
             if intentable and not wrote_intent:
@@ -468,9 +482,11 @@ class TransactionLog:
                 if wrote_intent:
                     raise CommitStateUnknownError(msg + "; its intent may still be decided")
                 raise ConcurrentCommitError(msg + "; the store is too contended")
-            if wrote_intent and attempt == 1:
+            if wrote_intent and attempt == 1 and not queued:
                 # Just queued after a lost race: one more try soon (jittered), unless the log moves again
-                # meanwhile (then a writer is making progress and will serve the queue).
+                # meanwhile (then a writer is making progress and will serve the queue). A request queued behind
+                # others already waiting is not retried: a writer is serving them, and racing it only slows the
+                # log down.
                 try:
                     with self._lock:
                         self._catch_up()  # the entry that won the race
@@ -482,7 +498,7 @@ class TransactionLog:
                     raise CommitStateUnknownError(
                         f"the store failed while request {req.id} was waiting to be decided; it may still be: "
                         f"{exc}") from exc
-                idle = IDLE_POLLS if self.state.seq == lost_at else 0
+                idle = patience if self.state.seq == lost_at else 0
                 last_seq = self.state.seq
             elif wrote_intent:
                 idle = idle + 1 if self.state.seq == last_seq else 0
@@ -504,14 +520,17 @@ class TransactionLog:
         return False, None
 
     def _attempt(
-        self, req: Request, intentable: bool, *, queue: bool = False, fresh: bool = False
-    ) -> tuple[tuple[LogEntry, list[str]] | None, Outcome | None]:
+        self, req: Request, intentable: bool, *, queue: bool = False, fresh: bool = False, fetch: bool = True
+    ) -> tuple[tuple[LogEntry, list[str]] | None, Outcome | None, bool]:
         """One try: refresh, decide ``req`` and the waiting intents, create the next entry. With ``queue``, do not
-        try when other intents are already waiting (a writer serving them will decide ``req`` too).
+        try when other intents are already waiting (a writer serving them will decide ``req`` too). Without
+        ``fetch`` (a waiting request taking over an idle log), only intents already read are decided with ``req``:
+        a take-over may lose the race to another waiter, and if it wins it serves the rest next.
 
         Returns:
-            ``((entry, intents it decided), outcome)`` when this call created the entry; ``(None, outcome)`` when
-            ``req`` was already decided; ``(None, None)`` when another writer took the entry or others wait.
+            ``((entry, intents it decided), outcome, False)`` when this call created the entry;
+            ``(None, outcome, False)`` when ``req`` was already decided; ``(None, None, queued)`` when another
+            writer took the entry (``queued`` False) or others wait (``queued`` True).
         """
         with self._lock:
             listing = parallel.start(lambda: self.store.list(TXN_INTENTS)) if intentable else None
@@ -524,44 +543,52 @@ class TransactionLog:
                 names = listing() if listing is not None else []
             got = self._outcome(req)
             if got is not None:
-                return None, got
+                return None, got, False
             if queue and self._undecided(names, req.id):
-                return None, None
-            others = self._waiting(names, req.id)
+                return None, None, True
+            others = self._waiting(names, req.id) if fetch else self._known_waiting(names, req.id)
             if decide(req, self.state.copy(), max(now_ms(), self.state.ts)) is None:
-                return None, Outcome("noop", reason=f"request {req.id} has nothing left to decide")
+                return None, Outcome("noop", reason=f"request {req.id} has nothing left to decide"), False
             won = self._append([req, *others])
             if won is None:
-                return None, None
+                return None, None, False
             entry, decided = won
             decided = [r for r in decided if r != req.id]
             mine = next((i for i in entry.items if i.request == req.id), None)
             if mine is None:
-                return (entry, decided), Outcome("unknown", reason=f"request {req.id} was decided out of view")
-            return (entry, decided), outcome_of_item(mine, entry.seq)
+                return (entry, decided), Outcome("unknown", reason=f"request {req.id} was decided out of view"), False
+            return (entry, decided), outcome_of_item(mine, entry.seq), False
 
-    def _serve(self) -> None:
+    def _serve(self, pending: list[Callable[[], None]]) -> None:
         """After winning an entry, keep appending entries for the intents still waiting, while this process keeps
         winning (for up to :data:`SERVE_S`): the writer that already holds the newest state is the fastest one to
-        build the next entry, so the log advances at the pace of one conditional write per entry. Partition
-        records of the served entries are written in the background while the next entry is built, and waited for
-        before returning."""
+        build the next entry, so the log advances at the pace of one conditional write per entry. The listing of
+        intents for the next round runs while the entry of this round is being created, and partition records of
+        the served entries are written in the background; ``pending`` (derived work already started) and those
+        records are waited for before returning."""
         until = time.monotonic() + SERVE_S
-        pending: list[Callable[[], None]] = []
-        looked_again = False
+        empty = lost = 0
+        listing = parallel.start(lambda: self.store.list(TXN_INTENTS))
         try:
             while time.monotonic() < until:
                 try:
+                    names = listing()
                     with self._lock:
-                        names = self.store.list(TXN_INTENTS)
+                        if lost:
+                            # the entry that won the race: listed, not asked for by name, so a view that fell far
+                            # behind while serving jumps to the newest checkpoint instead of reusing a number
+                            self._list_forward()
+                            self._refreshed = time.monotonic()
                         others = self._waiting(names, "")
-                        if not others and looked_again:
+                        # committers decided by the last entry come back with their next commit soon: a queue
+                        # that is empty for a moment is looked at a few more times before serving stops
+                        empty = 0 if others else empty + 1
+                        if empty > SERVE_EMPTY_LOOKS:
                             return
-                        if not others:
-                            looked_again = True  # losers of the last race may be writing their intents now
-                            won = None
-                        else:
-                            won = self._append(others)
+                        # An intent listed now but decided by the entry created below is filtered out next round
+                        # (it is decided in the state by then); one written later is in the next listing.
+                        listing = parallel.start(lambda: self.store.list(TXN_INTENTS))
+                        won = self._append(others) if others else None
                     if not others:
                         time.sleep(POLL_S)
                         continue
@@ -569,7 +596,13 @@ class TransactionLog:
                     log.debug("stopped appending for waiting intents: %s", exc)
                     return
                 if won is None:
-                    return  # another writer leads now
+                    # One lost race is usually a committer's direct first try, which serves nobody: keep serving.
+                    # Losing twice in a row means another writer is serving the queue now.
+                    lost += 1
+                    if lost >= SERVE_LOSSES:
+                        return
+                    continue
+                lost = 0
                 entry, decided = won
                 pending.append(parallel.background(functools.partial(self._write_records, entry)))
                 if decided:
@@ -578,7 +611,16 @@ class TransactionLog:
                     self._join(pending)
                     self._checkpoint_quietly(entry.seq)
         finally:
+            self._finish_listing(listing)
             self._join(pending)
+
+    @staticmethod
+    def _finish_listing(listing: Callable[[], list[str]]) -> None:
+        """Wait for a listing started ahead that is no longer needed (no request is left running behind)."""
+        try:
+            listing()
+        except TxnLogError:
+            pass
 
     def _join(self, pending: list[Callable[[], None]]) -> None:
         while pending:
@@ -685,6 +727,11 @@ class TransactionLog:
                 self._intents[rid] = got
         return [self._intents[rid] for rid in ids if rid in self._intents]
 
+    def _known_waiting(self, names: list[str], own: str) -> list[Request]:
+        """The undecided intents among ``names`` that this process has already read (no request)."""
+        return [self._intents[rid] for rid in self._undecided(names, own)[:MAX_INTENTS_PER_ENTRY]
+                if rid in self._intents]
+
     def _after_win(self, entry: LogEntry, decided: list[str]) -> None:
         """Derived work after creating ``entry``; never fails the commit (everything here is derived data)."""
         try:
@@ -695,6 +742,10 @@ class TransactionLog:
             log.warning("after committing entry %d: %s (derived data only; readers compute it)", entry.seq, exc)
         if self._checkpoint_due(entry.seq):
             self._checkpoint_quietly(entry.seq)
+
+    def _after_win_later(self, entry: LogEntry, decided: list[str]) -> Callable[[], None]:
+        """:meth:`_after_win` in the background; returns a function waiting for it."""
+        return parallel.background(functools.partial(self._after_win, entry, decided))
 
     def _write_records(self, entry: LogEntry) -> None:
         write_records(self.store, entry)
@@ -737,8 +788,10 @@ class TransactionLog:
         faults.point("txnlog.checkpoint.before")
         data = encode_json({"v": FORMAT_VERSION, **st.to_json(), "verified": verified_writes()})
         span = self.checkpoint_interval * NUMBERED_EVERY
-        if not self.checkpoint_interval or (st.seq + 1) % span == 0:
-            self.store.put(txn_checkpoint_path(st.seq), data)  # numbered ones: fallback and truncation points
+        if not self.checkpoint_interval or (st.seq + 1) // span > (known + 1) // span:
+            # numbered ones: fallback and truncation points, one whenever a multiple of the span was crossed since
+            # the last checkpoint (a busy writer checkpoints whatever entry it has reached, not every K-th one)
+            self.store.put(txn_checkpoint_path(st.seq), data)
         self.store.put(LAST_CHECKPOINT, data)
         faults.point("txnlog.checkpoint.after")
         with self._lock:
@@ -746,7 +799,7 @@ class TransactionLog:
             self._record_seq = {k: s for k, s in self._record_seq.items() if s > st.seq}
             self._written = {q for q in self._written if q > st.seq}
         span = self.checkpoint_interval * TRUNCATE_EVERY
-        if self.checkpoint_interval and (st.seq + 1) % span == 0:
+        if self.checkpoint_interval and (st.seq + 1) // span > (known + 1) // span:
             self.truncate()
 
     def _partition_checkpoints(self, entries: list[LogEntry]) -> None:

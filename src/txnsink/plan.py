@@ -80,16 +80,18 @@ class WritePlan:
         return self.meta.name if self.meta is not None else f"<column {self.topic_column}>"
 
 
-def ensure_topic(store: Store, cfg: SinkOptions, name: str, schema: pa.Schema) -> TopicMeta:
+def ensure_topic(store: Store, cfg: SinkOptions, name: str, schema: pa.Schema,
+                 existing: TopicMeta | None = None) -> TopicMeta:
     """Topic ``name``: created from ``schema`` (every column nullable) with ``cfg.num_partitions`` (default 1)
-    partitions when it does not exist.
+    partitions when it does not exist. ``existing``: the topic's definition as the caller just read it (it is not
+    read again).
 
     Raises:
         InvalidOptionError: ``numPartitions`` differs from the existing topic's partition count, or a column
             name is reserved (starts with ``_``).
     """
     try:
-        meta = get_topic(store, name)
+        meta = existing if existing is not None else get_topic(store, name)
     except TopicNotFoundError:
         try:
             return create_topic(store, name, nullable(schema), cfg.num_partitions or 1)
@@ -156,7 +158,7 @@ def plan_write(options: Mapping[str, str], schema: StructType) -> tuple[WritePla
         )
     renames: dict[str, str] = {}
     if cfg.topic is not None:
-        meta = ensure_topic(store, cfg, cfg.topic, data)
+        meta = ensure_topic(store, cfg, cfg.topic, data, existing)
         renames = check_compatible(data, meta)
         if cfg.partition_key:
             check_key(meta, tuple(renames.get(c, c) for c in cfg.partition_key))
