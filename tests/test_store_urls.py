@@ -62,3 +62,19 @@ def test_opening_creates_nothing_and_the_probe_precedes_the_first_write(tmp_path
     assert store.list("_txn/log") == [] and not root.exists()
     probe_conditional_writes(store)  # what a writer runs before its first conditional write
     assert [f for _d, _s, fs in os.walk(root) for f in fs] == [next(iter(os.listdir(root / "_txn" / "probe")))]
+
+
+def test_hadoop_s3a_options_mirror_the_s3_options_only_for_s3_urls() -> None:
+    from coordinator import StoreOptions
+    from coordinator.store_factory import hadoop_s3a_options
+
+    opts = StoreOptions.from_options({"s3.endpoint": "http://127.0.0.1:9000", "s3.key": "k", "s3.secret": "s",
+                                      "s3.token": "t", "s3.region": "eu-west-1"})
+    got = hadoop_s3a_options("s3://bucket/lake", opts)
+    assert got["fs.s3a.endpoint"] == "http://127.0.0.1:9000" and got["fs.s3a.connection.ssl.enabled"] == "false"
+    assert (got["fs.s3a.access.key"], got["fs.s3a.secret.key"], got["fs.s3a.session.token"]) == ("k", "s", "t")
+    assert got["fs.s3a.endpoint.region"] == "eu-west-1" and got["fs.s3a.path.style.access"] == "true"
+    assert "TemporaryAWSCredentialsProvider" in got["fs.s3a.aws.credentials.provider"]
+    assert hadoop_s3a_options("/data/lake", opts) == {} and hadoop_s3a_options("file:///data/lake", opts) == {}
+    no_token = hadoop_s3a_options("s3a://bucket", StoreOptions.from_options({"s3.key": "k", "s3.secret": "s"}))
+    assert "fs.s3a.session.token" not in no_token and "fs.s3a.endpoint" not in no_token

@@ -11,7 +11,7 @@ from coordinator.backends.memory import MemoryStore
 from coordinator.errors import InvalidOptionError
 from coordinator.store import Store, StoreOptions
 
-__all__ = ["local_path", "open_store"]
+__all__ = ["hadoop_s3a_options", "local_path", "open_store"]
 
 
 def local_path(url: str) -> str | None:
@@ -74,3 +74,25 @@ def open_store(
         raise InvalidOptionError(f"store URL scheme of {url!r} is not supported (use a path, file://, s3://, memory://)")
     store.probe_required = probe
     return store
+
+
+def hadoop_s3a_options(url: str, s3: StoreOptions) -> dict[str, str]:
+    """The Hadoop ``fs.s3a.*`` options equivalent to the ``s3.*`` store options, for Spark's own file system to
+    reach an ``s3://`` / ``s3a://`` store (empty for any other URL). Callers pass them with one read or write
+    only, never into a session's configuration (they may hold credentials)."""
+    if not url.strip().startswith(("s3://", "s3a://")):
+        return {}
+    out: dict[str, str] = {}
+    if s3.endpoint:
+        out["fs.s3a.endpoint"] = s3.endpoint
+        out["fs.s3a.path.style.access"] = "true"
+        out["fs.s3a.connection.ssl.enabled"] = str(s3.endpoint.startswith("https")).lower()
+    if s3.region:
+        out["fs.s3a.endpoint.region"] = s3.region
+    if s3.key and s3.secret:
+        out["fs.s3a.access.key"] = s3.key
+        out["fs.s3a.secret.key"] = s3.secret
+        if s3.token:
+            out["fs.s3a.session.token"] = s3.token
+            out["fs.s3a.aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+    return out

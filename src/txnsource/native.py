@@ -176,25 +176,11 @@ def spark_root(opts: ReadOptions) -> str:
 
 
 def hadoop_options(opts: ReadOptions) -> dict[str, str]:
-    """The ``fs.s3a.*`` read options equivalent to the ``s3.*`` options (empty for local stores). They travel with
-    the read only, never into the session's configuration."""
-    if not opts.path.strip().startswith(("s3://", "s3a://")):
-        return {}
-    s3 = opts.store
-    out: dict[str, str] = {}
-    if s3.endpoint:
-        out["fs.s3a.endpoint"] = s3.endpoint
-        out["fs.s3a.path.style.access"] = "true"
-        out["fs.s3a.connection.ssl.enabled"] = str(s3.endpoint.startswith("https")).lower()
-    if s3.region:
-        out["fs.s3a.endpoint.region"] = s3.region
-    if s3.key and s3.secret:
-        out["fs.s3a.access.key"] = s3.key
-        out["fs.s3a.secret.key"] = s3.secret
-        if s3.token:
-            out["fs.s3a.session.token"] = s3.token
-            out["fs.s3a.aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
-    return out
+    """The ``fs.s3a.*`` read options equivalent to the ``s3.*`` options (empty for local stores); they travel with
+    the read only."""
+    from coordinator.store_factory import hadoop_s3a_options
+
+    return hadoop_s3a_options(opts.path, opts.store)
 
 
 _PLAIN = ("is_integer", "is_floating", "is_boolean", "is_string", "is_large_string", "is_binary", "is_large_binary",
