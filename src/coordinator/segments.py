@@ -151,6 +151,14 @@ def _pick(counts: Sequence[int], skip: int, end: int) -> tuple[list[int], int]:
     return picked, first
 
 
+def _check_whole(data: bytes, path: str, size: int | None, crc32: int | None) -> None:
+    """Raises: CorruptLogError when ``data`` (a whole segment file) has not the known size or checksum."""
+    if size is not None and len(data) != size:
+        raise CorruptLogError(f"segment {path} is truncated or damaged: {len(data)} bytes, expected {size}")
+    if crc32 is not None and zlib.crc32(data) != crc32:
+        raise CorruptLogError(f"segment {path} fails its checksum")
+
+
 def decode_rows(
     data: bytes,
     path: str,
@@ -170,10 +178,7 @@ def decode_rows(
         CorruptLogError: naming ``path`` when the file is truncated, damaged or undecodable, or holds fewer rows
             than asked for.
     """
-    if size is not None and len(data) != size:
-        raise CorruptLogError(f"segment {path} is truncated or damaged: {len(data)} bytes, expected {size}")
-    if crc32 is not None and zlib.crc32(data) != crc32:
-        raise CorruptLogError(f"segment {path} fails its checksum")
+    _check_whole(data, path, size, crc32)
     try:
         if path.endswith(".arrow"):
             ipc = pa.ipc.open_file(pa.py_buffer(data))
@@ -223,10 +228,7 @@ def iter_rows(
     Raises:
         CorruptLogError: as :func:`decode_rows` (the checks are made before the first chunk is yielded).
     """
-    if size is not None and len(data) != size:
-        raise CorruptLogError(f"segment {path} is truncated or damaged: {len(data)} bytes, expected {size}")
-    if crc32 is not None and zlib.crc32(data) != crc32:
-        raise CorruptLogError(f"segment {path} fails its checksum")
+    _check_whole(data, path, size, crc32)
     if path.endswith(".arrow"):  # IPC batches are not compressed: decoding them whole costs nothing extra
         yield decode_rows(data, path, skip, rows, columns)
         return
