@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from coordinator import InvalidOptionError, LocalStore, open_store
-from coordinator.store_factory import local_path
+from coordinator.store_factory import HadoopUnreachable, hadoop_url, local_path
 
 
 def test_opening_a_local_store_creates_nothing_until_the_first_write(tmp_path: Path) -> None:
@@ -78,3 +78,22 @@ def test_hadoop_s3a_options_mirror_the_s3_options_only_for_s3_urls() -> None:
     assert hadoop_s3a_options("/data/lake", opts) == {} and hadoop_s3a_options("file:///data/lake", opts) == {}
     no_token = hadoop_s3a_options("s3a://bucket", StoreOptions.from_options({"s3.key": "k", "s3.secret": "s"}))
     assert "fs.s3a.session.token" not in no_token and "fs.s3a.endpoint" not in no_token
+
+
+@pytest.mark.parametrize("form", ["{p}", "file:{p}", "file://{p}", "file://localhost{p}"])
+def test_hadoop_url_names_a_local_store_as_one_file_url(tmp_path: Path, form: str) -> None:
+    assert hadoop_url(form.format(p=tmp_path) + " ") == f"file://{tmp_path}"
+
+
+@pytest.mark.parametrize("url", ["s3://bucket/lake/", "s3a://bucket/lake"])
+def test_hadoop_url_names_s3_through_s3a(url: str) -> None:
+    assert hadoop_url(url) == "s3a://bucket/lake"
+
+
+@pytest.mark.parametrize(("url", "fragment"), [
+    ("memory://x", "in-memory"), ("/data/lake*", "glob"), ("/data/a,b", "path list"), ("/data/{a}", "glob"),
+    ("gs://bucket/lake", "gs://"),
+])
+def test_hadoop_url_says_why_spark_cannot_reach_a_store(url: str, fragment: str) -> None:
+    with pytest.raises(HadoopUnreachable, match=fragment):
+        hadoop_url(url)

@@ -11,7 +11,7 @@ from coordinator.backends.memory import MemoryStore
 from coordinator.errors import InvalidOptionError
 from coordinator.store import Store, StoreOptions
 
-__all__ = ["hadoop_s3a_options", "local_path", "open_store"]
+__all__ = ["HadoopUnreachable", "hadoop_s3a_options", "hadoop_url", "local_path", "open_store"]
 
 
 def local_path(url: str) -> str | None:
@@ -74,6 +74,32 @@ def open_store(
         raise InvalidOptionError(f"store URL scheme of {url!r} is not supported (use a path, file://, s3://, memory://)")
     store.probe_required = probe
     return store
+
+
+class HadoopUnreachable(ValueError):  # noqa: N818 - a reason, for callers that fall back
+    """Spark's (Hadoop's) file system cannot name this store root."""
+
+
+def hadoop_url(url: str) -> str:
+    """The store root ``url`` as Spark's file system names it: ``s3a://bucket/prefix`` for ``s3://`` and
+    ``s3a://`` URLs, ``file:///abs/path`` for plain paths and ``file:`` URLs (see :func:`local_path`).
+
+    Raises:
+        HadoopUnreachable: an in-memory store, another scheme, or a path holding characters Spark reads as a glob
+            pattern or a path list (``*?[]{}\\,``).
+        InvalidOptionError: a ``file:`` URL that is not a local absolute path.
+    """
+    url = url.strip()
+    if url.startswith("memory://"):
+        raise HadoopUnreachable("an in-memory store is out of Spark's reach")
+    if any(c in url for c in "*?[]{}\\,"):
+        raise HadoopUnreachable("the store path holds characters Spark reads as a glob pattern or a path list")
+    if url.startswith(("s3://", "s3a://")):
+        return "s3a://" + url.split("://", 1)[1].rstrip("/")
+    folder = local_path(url)
+    if folder is None:
+        raise HadoopUnreachable(f"Spark has no file system for {url.split(':', 1)[0]}://")
+    return "file://" + folder
 
 
 def hadoop_s3a_options(url: str, s3: StoreOptions) -> dict[str, str]:

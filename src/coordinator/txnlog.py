@@ -16,6 +16,7 @@ Thread-safe; one instance per process and store is enough.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import random
 import threading
@@ -100,6 +101,9 @@ IDLE_POLLS = 4
 #: After winning an entry, a writer keeps appending entries for intents still waiting for at most this long (its
 #: own caller waits meanwhile; every hand-over to another writer costs the log a few idle looks).
 SERVE_S = 3.0
+#: For this long after a request of this process was decided by a writer serving the queue, the next one joins
+#: the queue at once instead of trying to append itself.
+BUSY_S = 0.5
 #: A writer serving the queue stops after this many looks in a row that find no intent waiting.
 SERVE_EMPTY_LOOKS = 4
 #: A writer serving the queue stops after losing this many races in a row (another writer serves it).
@@ -165,6 +169,8 @@ class TransactionLog:
         self._record_seq: dict[tuple[str, int, int], int] = {}
         self._decisions: OrderedDict[str, tuple[Item, int]] = OrderedDict()
         self._intents: dict[str, Request] = {}
+        #: Until when the log counts as busy (a request of this process was just decided by a serving writer).
+        self._busy_until = 0.0
         self._since_pointer = 0
         self._refreshed = -1e9
         self._loaded_at = -1e9
@@ -259,16 +265,21 @@ class TransactionLog:
                 self._catch_up()
             return self._state
 
-    def _catch_up(self) -> None:
+    def _catch_up(self, enough: Callable[[], bool] | None = None) -> None:
+        """Read the entries after this process's view. With ``enough``, stop as soon as it says so after reading
+        the next entry by name (a waiting request looking for its decision needs no listing)."""
         if self.state.seq >= 0 and time.monotonic() - self._refreshed < RECENT_S:
             # Read recently: no truncation can have passed this process by (it deletes only entries below a
             # checkpoint older than the grace period), so asking for the next entry by name is enough, and cheaper
-            # than a listing when nothing is new (the common case for a process waiting on the log).
+            # than a listing when nothing is new (the common case for a process waiting on the log). An entry read
+            # by name without a listing is younger than that read, so the time of the read is kept.
             nxt = self._get_entry(self.state.seq + 1)
             if nxt is None:
                 self._refreshed = time.monotonic()
                 return
             self._apply(nxt)
+            if enough is not None and enough():
+                return
         self._list_forward()
         self._refreshed = time.monotonic()
 
@@ -281,14 +292,17 @@ class TransactionLog:
             if not names:
                 return
             seqs = [parse_seq(n) or 0 for n in names]
-            if seqs[0] != self.state.seq + 1 or len(seqs) > self.jump:
+            # entries that do not follow on are below a checkpoint (left by an interrupted truncation)
+            dense = next((i for i, (a, b) in enumerate(itertools.pairwise(seqs), 1) if b != a + 1), len(seqs))
+            if seqs[0] != self.state.seq + 1 or dense < len(seqs) or len(seqs) > self.jump:
                 if not jumped and self._jump():
                     jumped = True
                     continue
-                if seqs[0] != self.state.seq + 1:
+                if seqs[0] != self.state.seq + 1 or dense < min(len(seqs), self.jump):
+                    gap = seqs[0] if seqs[0] != self.state.seq + 1 else seqs[dense]
                     raise CorruptLogError(
-                        f"transaction log has a gap: {TXN_LOG}/{names[0]} follows entry {self.state.seq} and no "
-                        "checkpoint covers it"
+                        f"transaction log has a gap: entries are missing before {TXN_LOG}/{seq_name(gap)} and no "
+                        "checkpoint covers them"
                     )
                 seqs = seqs[: self.jump]
             entries = parallel.pmap(self._get_entry, seqs)
@@ -432,11 +446,14 @@ class TransactionLog:
         last_seq, idle = -2, 0
         # waiters that saw the log stand still at the same moment do not all take over at once
         patience = IDLE_POLLS + random.randint(0, IDLE_POLLS)
+        if intentable and time.monotonic() < self._busy_until and self._queue_at_once(req):
+            # a writer is serving the queue: join it at once (a direct try would only race it)
+            intent_seq, wrote_intent, attempt, queued = self.state.seq, True, 1, True
         while True:
             try:
                 if wrote_intent and idle < patience:
                     with self._lock:
-                        self._catch_up()
+                        self._catch_up(functools.partial(self._decided, req, intent_seq))
                         won, result = None, self._outcome(req, since=intent_seq)
                 else:
                     won, result, queued = self._attempt(req, intentable, queue=intentable and not wrote_intent,
@@ -457,6 +474,8 @@ class TransactionLog:
             if result is not None:
                 if wrote_intent:
                     parallel.background(functools.partial(self._delete_quietly, [intent_path(req.id)]))
+                    if won is None:
+                        self._busy_until = time.monotonic() + BUSY_S
                 if won is not None:
                     if intentable and (won[1] or wrote_intent):
                         # others are waiting: keep the log moving for them at once; this entry's records are
@@ -498,7 +517,7 @@ class TransactionLog:
                     raise CommitStateUnknownError(
                         f"the store failed while request {req.id} was waiting to be decided; it may still be: "
                         f"{exc}") from exc
-                idle = patience if self.state.seq == lost_at else 0
+                idle = patience if self.state.seq == lost_at and not self._served(lost_at) else 0
                 last_seq = self.state.seq
             elif wrote_intent:
                 idle = idle + 1 if self.state.seq == last_seq else 0
@@ -506,6 +525,30 @@ class TransactionLog:
                 time.sleep(random.uniform(0.5, 1.5) * POLL_S)
             else:
                 time.sleep(random.uniform(0, min(0.2, 0.002 * 2 ** min(attempt, 10))))
+
+    def _decided(self, req: Request, since: int) -> bool:
+        return self._outcome(req, since=since) is not None
+
+    def _queue_at_once(self, req: Request) -> bool:
+        """Publish ``req`` as an intent without a try of its own, if this process's view says it is still to be
+        decided. Returns whether the intent was put (or may have been: a failed put is waited for like any other)."""
+        with self._lock:
+            if not self._opened or self._outcome(req) is not None:
+                return False
+            if decide(req, self.state.copy(), max(now_ms(), self.state.ts)) is None:
+                return False
+        faults.point("intent.before")
+        try:
+            self.store.put(intent_path(req.id), request_bytes(req))
+        except StoreError as exc:
+            log.debug("intent %s may not be written: %s", req.id, exc)
+        faults.point("intent.after")
+        return True
+
+    def _served(self, seq: int) -> bool:
+        """Whether entry ``seq`` (read) decided several requests: its writer is serving the queue."""
+        entry = self._recent.get(seq)
+        return entry is not None and len({i.request for i in entry.items}) > 1
 
     def _learn(self, req: Request) -> tuple[bool, Outcome | None]:
         """After an ambiguous write: read the log (a few tries). Returns (whether the log could be read, the
@@ -568,17 +611,21 @@ class TransactionLog:
         records are waited for before returning."""
         until = time.monotonic() + SERVE_S
         empty = lost = 0
-        listing = parallel.start(lambda: self.store.list(TXN_INTENTS))
+        with self._lock:
+            listing = self._prefetch()
         try:
             while time.monotonic() < until:
                 try:
-                    names = listing()
+                    names, fetched = listing()
                     with self._lock:
+                        self._intents.update(fetched)
                         if lost:
                             # the entry that won the race: listed, not asked for by name, so a view that fell far
                             # behind while serving jumps to the newest checkpoint instead of reusing a number
                             self._list_forward()
                             self._refreshed = time.monotonic()
+                            if self._served(self.state.seq):
+                                return  # another writer serves the queue now: two would only race each other
                         others = self._waiting(names, "")
                         # committers decided by the last entry come back with their next commit soon: a queue
                         # that is empty for a moment is looked at a few more times before serving stops
@@ -587,7 +634,7 @@ class TransactionLog:
                             return
                         # An intent listed now but decided by the entry created below is filtered out next round
                         # (it is decided in the state by then); one written later is in the next listing.
-                        listing = parallel.start(lambda: self.store.list(TXN_INTENTS))
+                        listing = self._prefetch()
                         won = self._append(others) if others else None
                     if not others:
                         time.sleep(POLL_S)
@@ -614,8 +661,21 @@ class TransactionLog:
             self._finish_listing(listing)
             self._join(pending)
 
+    def _prefetch(self) -> Callable[[], tuple[list[str], dict[str, Request]]]:
+        """Start listing ``_txn/intents/`` and reading the intents in it that are new to this process (caller
+        holds the lock), in the background, so a serving writer has the next round's intents in hand when the entry
+        it is creating meanwhile returns. Returns a function waiting for ``(names, intents read)``."""
+        known, st = set(self._intents), self.state
+
+        def run() -> tuple[list[str], dict[str, Request]]:
+            names = self.store.list(TXN_INTENTS)
+            new = [rid for rid in self._undecided(names, "", st) if rid not in known][:MAX_INTENTS_PER_ENTRY]
+            return names, {rid: r for rid, r in parallel.pmap(self._fetch_intent, new) if r is not None}
+
+        return parallel.background(run)
+
     @staticmethod
-    def _finish_listing(listing: Callable[[], list[str]]) -> None:
+    def _finish_listing(listing: Callable[[], object]) -> None:
         """Wait for a listing started ahead that is no longer needed (no request is left running behind)."""
         try:
             listing()
@@ -694,14 +754,16 @@ class TransactionLog:
             self._intents.pop(rid, None)
         return entry, decided
 
-    def _undecided(self, names: list[str], own: str) -> list[str]:
-        """The intent ids among ``names`` (a listing of ``_txn/intents/``) not known to be decided, by name."""
+    def _undecided(self, names: list[str], own: str, st: CoordinatorState | None = None) -> list[str]:
+        """The intent ids among ``names`` (a listing of ``_txn/intents/``) not known to be decided, by name (in
+        ``st``, by default the current state)."""
+        st = self.state if st is None else st
         ids = []
         for name in names:
             if not name.endswith(".json"):
                 continue
             rid = name[:-5]
-            if rid == own or rid in self._decisions or decided_by_name(rid, self.state):
+            if rid == own or rid in self._decisions or decided_by_name(rid, st):
                 continue
             ids.append(rid)
         return ids
@@ -711,21 +773,21 @@ class TransactionLog:
         ids = self._undecided(names, own)[:MAX_INTENTS_PER_ENTRY]
         self._intents = {rid: r for rid, r in self._intents.items() if rid in ids}
         new = [rid for rid in ids if rid not in self._intents]
-
-        def fetch(rid: str) -> tuple[str, Request | None]:
-            path = intent_path(rid)
-            try:
-                return rid, request_from_bytes(self.store.get(path), path)
-            except FileNotFoundError:
-                return rid, None
-            except (CorruptLogError, UnsupportedFormatError) as exc:
-                log.warning("ignoring intent: %s", exc)
-                return rid, None
-
-        for rid, got in parallel.pmap(fetch, new):
+        for rid, got in parallel.pmap(self._fetch_intent, new):
             if got is not None:
                 self._intents[rid] = got
         return [self._intents[rid] for rid in ids if rid in self._intents]
+
+    def _fetch_intent(self, rid: str) -> tuple[str, Request | None]:
+        """Read intent ``rid``; None if it is gone (decided and deleted) or unreadable."""
+        path = intent_path(rid)
+        try:
+            return rid, request_from_bytes(self.store.get(path), path)
+        except FileNotFoundError:
+            return rid, None
+        except (CorruptLogError, UnsupportedFormatError) as exc:
+            log.warning("ignoring intent: %s", exc)
+            return rid, None
 
     def _known_waiting(self, names: list[str], own: str) -> list[Request]:
         """The undecided intents among ``names`` that this process has already read (no request)."""

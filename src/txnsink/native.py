@@ -149,24 +149,17 @@ def _python_writer(df: DataFrame, path: str, options: Mapping[str, str], reason:
 
 
 def spark_url(store_url: str) -> str:
-    """The store root as Spark's file system names it.
+    """The store root as Spark's file system names it (:func:`coordinator.store_factory.hadoop_url`).
 
     Raises:
         NativeUnavailable: an in-memory store, or a path Spark would read as a glob pattern.
     """
-    from coordinator.store_factory import local_path
+    from coordinator.store_factory import HadoopUnreachable, hadoop_url
 
-    url = store_url.strip()
-    if url.startswith("memory://"):
-        raise NativeUnavailable("an in-memory store is out of Spark's reach")
-    if any(c in url for c in "*?[]{}\\,"):
-        raise NativeUnavailable("the store path holds characters Spark reads as a glob pattern")
-    if url.startswith(("s3://", "s3a://")):
-        return "s3a://" + url.split("://", 1)[1].rstrip("/")
-    folder = local_path(url)
-    if folder is None:
-        raise NativeUnavailable(f"Spark has no file system for {url.split(':', 1)[0]}://")
-    return "file://" + folder
+    try:
+        return hadoop_url(store_url)
+    except HadoopUnreachable as exc:
+        raise NativeUnavailable(str(exc)) from exc
 
 
 def hadoop_options(plan: WritePlan) -> dict[str, str]:

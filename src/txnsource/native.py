@@ -156,23 +156,17 @@ def _python_reader(spark: SparkSession, path: str, schema: StructType | str | No
 
 
 def spark_root(opts: ReadOptions) -> str:
-    """The store root as Spark's file system names it.
+    """The store root as Spark's file system names it (:func:`coordinator.store_factory.hadoop_url`).
 
     Raises:
-        NativeUnavailable: an in-memory store.
+        NativeUnavailable: an in-memory store, or a path Spark would read as a glob pattern.
     """
-    import os
+    from coordinator.store_factory import HadoopUnreachable, hadoop_url
 
-    url = opts.path.strip()
-    if url.startswith("memory://"):
-        raise NativeUnavailable("an in-memory store is out of Spark's reach")
-    if any(c in url for c in "*?[]{}\\"):
-        raise NativeUnavailable("the store path holds characters Spark reads as a glob pattern")
-    if url.startswith(("s3://", "s3a://")):
-        return "s3a://" + url.split("://", 1)[1].rstrip("/")
-    if url.startswith("file://"):
-        url = url[len("file://"):]
-    return os.path.abspath(url)
+    try:
+        return hadoop_url(opts.path)
+    except HadoopUnreachable as exc:
+        raise NativeUnavailable(str(exc)) from exc
 
 
 def hadoop_options(opts: ReadOptions) -> dict[str, str]:

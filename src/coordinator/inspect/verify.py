@@ -67,16 +67,23 @@ class VerifyReport(list[Problem]):
 
 
 def _dense(names: list[str], folder: str, checkpoints: list[int], what: str) -> list[Problem]:
-    """Numbered files must follow one another; the first may be above 0 only just after a checkpoint."""
-    seqs = [n for n in (parse_seq(x) for x in names) if n is not None]
-    problems = []
-    if seqs and seqs[0] > 0 and seqs[0] - 1 not in checkpoints:
-        problems.append(Problem(f"{folder}/{seq_name(seqs[0])}", "gap",
-                                f"{what} starts at {seqs[0]} with no checkpoint covering the entries before it"))
-    for a, b in zip(seqs, seqs[1:], strict=False):
-        if b != a + 1:
-            problems.append(Problem(f"{folder}/{seq_name(b)}", "gap", f"{what} skips from {a} to {b}"))
-    return problems
+    """Numbered files must follow one another from 0, or from just after a checkpoint. Files below such a
+    checkpoint that do not follow on (what an interrupted truncation leaves; the next one deletes them) are no
+    problem: readers start from the checkpoint."""
+    seqs = sorted(n for n in (parse_seq(x) for x in names) if n is not None)
+    if not seqs:
+        return []
+    f = len(seqs) - 1
+    while f > 0 and seqs[f - 1] == seqs[f] - 1:
+        f -= 1
+    first = seqs[f]
+    if first == 0 or first - 1 in checkpoints:
+        return []
+    if f == 0:
+        message = f"{what} starts at {first} with no checkpoint covering the entries before it"
+    else:
+        message = f"{what} skips from {seqs[f - 1]} to {first} and no checkpoint covers the entries before {first}"
+    return [Problem(f"{folder}/{seq_name(first)}", "gap", message)]
 
 
 def _numbered(store: Store, folder: str) -> list[int]:
