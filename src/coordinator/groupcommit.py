@@ -1,0 +1,479 @@
+"""Group commit: how :class:`~coordinator.txnlog.TransactionLog` gets a request decided (see ``docs/design.md``).
+
+* **Submitting** a request (:meth:`GroupCommit.submit`) builds the next entry from it and from every waiting
+  intent, and creates it; a writer that loses the race publishes its request as an intent, backs off with jitter and
+  usually finds it decided by the winner. The entry's creation is the commit point of everything in it.
+* **Serving the queue**: a writer that wins an entry while others wait keeps appending entries for the intents
+  still waiting, for a while (:meth:`GroupCommit._serve`).
+
+A mixin of :class:`~coordinator.txnlog.TransactionLog`, which holds the state it uses (declared below for type
+checking only).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import random
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from coordinator import faults, parallel
+from coordinator.decisions import (
+    INTENT_KINDS,
+    Outcome,
+    Request,
+    decide,
+    decided_by_name,
+    outcome_of_item,
+    request_bytes,
+    request_from_bytes,
+)
+from coordinator.errors import (
+    CommitStateUnknownError,
+    ConcurrentCommitError,
+    CorruptLogError,
+    StoreError,
+    TxnLogError,
+    UnsupportedFormatError,
+)
+from coordinator.layout import FORMAT_PATH, TXN_INTENTS, intent_path, txn_log_path
+from coordinator.probe import probe_conditional_writes
+from coordinator.records import FORMAT_VERSION, Item, LogEntry, decode_json, encode_json, item_partitions
+from coordinator.state import CoordinatorState
+from coordinator.store import Store
+
+log = logging.getLogger("coordinator.txnlog")  # the transaction log logs under one name
+
+#: Intents decided in one entry at most (keeps entries small under heavy contention).
+MAX_INTENTS_PER_ENTRY = 256
+#: A submit gives up after this long losing races (ConcurrentCommitError).
+SUBMIT_BUDGET_S = 120.0
+#: A first attempt right after reading the log (opening it, say) does not read it again.
+JUST_READ_S = 0.2
+#: How often a request waiting as an intent looks at the log.
+POLL_S = 0.02
+#: A waiting request tries to append itself only after the log stood still for this many looks (longer than one
+#: round of the writer serving the queue: list, read intents, write).
+IDLE_POLLS = 4
+#: After winning an entry, a writer keeps appending entries for intents still waiting for at most this long (its
+#: own caller waits meanwhile; every hand-over to another writer costs the log a few idle looks).
+SERVE_S = 3.0
+#: For this long after a request of this process was decided by a writer serving the queue, the next one joins
+#: the queue at once instead of trying to append itself.
+BUSY_S = 0.5
+#: A writer serving the queue stops after this many looks in a row that find no intent waiting.
+SERVE_EMPTY_LOOKS = 4
+#: A writer serving the queue stops after losing this many races in a row (another writer serves it).
+SERVE_LOSSES = 2
+
+
+def _now_ms() -> int:
+    """:func:`coordinator.txnlog.now_ms`, looked up at call time (benchmarks replace it with a simulated clock)."""
+    from coordinator import txnlog
+
+    return txnlog.now_ms()
+
+
+def ensure_format(store: Store) -> None:
+    """Create ``_txn/format.json`` (the store's format) if absent.
+
+    Raises:
+        UnsupportedFormatError: the store was created by another format.
+    """
+    body = encode_json({"format": FORMAT_VERSION})
+    if store.put_if_absent(FORMAT_PATH, body):
+        return
+    d = decode_json(store.get(FORMAT_PATH), FORMAT_PATH, "store format file")
+    if d.get("format") != FORMAT_VERSION:
+        raise UnsupportedFormatError(
+            f"store {store.url} has txnlog store format {d.get('format')!r}; this txnlog reads format "
+            f"{FORMAT_VERSION} only"
+        )
+
+
+
+
+class GroupCommit:
+    """Submitting requests and serving the queue of intents (see the module docstring); a mixin of
+    :class:`~coordinator.txnlog.TransactionLog`."""
+
+    if TYPE_CHECKING:
+        store: Store
+        group_commit: bool
+        state: CoordinatorState
+        _lock: threading.RLock
+        _opened: bool
+        _recent: OrderedDict[int, LogEntry]
+        _decisions: OrderedDict[str, tuple[Item, int]]
+        _intents: dict[str, Request]
+        _busy_until: float
+        _refreshed: float
+        _probed: bool
+
+        # reading the log (TransactionLog)
+        def _open(self) -> None: ...
+        def _catch_up(self, enough: Callable[[], bool] | None = None) -> None: ...
+        def _list_forward(self) -> None: ...
+        def _remember(self, entry: LogEntry) -> None: ...
+        def _outcome(self, req: Request, *, since: int | None = None) -> Outcome | None: ...
+
+        # derived work (LogCheckpoints)
+        def _after_win(self, entry: LogEntry, decided: list[str]) -> None: ...
+        def _after_win_later(self, entry: LogEntry, decided: list[str]) -> Callable[[], None]: ...
+        def _write_records(self, entry: LogEntry) -> None: ...
+        def _delete_quietly(self, paths: list[str]) -> None: ...
+        def _checkpoint_due(self, seq: int) -> bool: ...
+        def _checkpoint_quietly(self, seq: int) -> None: ...
+
+    def submit(self, req: Request) -> Outcome:
+        """Get ``req`` decided.
+
+        First one direct try, unless other intents are already waiting: build the next entry from ``req`` and every
+        waiting intent, and create it. If another writer took that entry, or others were queued, ``req`` (a commit,
+        abort or init request) is published as an intent and this process waits for a writer to decide it, looking
+        at the log every ~``POLL_S`` seconds; only when the log has not moved for :data:`IDLE_POLLS` to twice as
+        many looks (drawn per request) does it try to append itself, with the intents it already read (so waiting
+        writers do not race the one serving the queue, nor all take over at once). A writer that wins an entry
+        keeps serving the queue for a while (:meth:`_serve`). Other requests retry with exponential backoff and
+        full jitter.
+
+        Returns:
+            the outcome (see :class:`~coordinator.decisions.Outcome`).
+        Raises:
+            CommitStateUnknownError: the store could not say whether the deciding entry was written, or failed
+                after ``req`` was published as an intent (another process may still decide it).
+            ConcurrentCommitError: undecided after :data:`SUBMIT_BUDGET_S` seconds.
+            StoreError, CorruptLogError: the store failed or the log is damaged (``req`` was not decided).
+        """
+        intentable = self.group_commit and req.kind in INTENT_KINDS
+        wrote_intent = False
+        intent_seq = -1
+        attempt = 0
+        queued = False
+        start = time.monotonic()
+        last_seq, idle = -2, 0
+        # waiters that saw the log stand still at the same moment do not all take over at once
+        patience = IDLE_POLLS + random.randint(0, IDLE_POLLS)
+        if intentable and time.monotonic() < self._busy_until and self._queue_at_once(req):
+            # a writer is serving the queue: join it at once (a direct try would only race it)
+            intent_seq, wrote_intent, attempt, queued = self.state.seq, True, 1, True
+        while True:
+            try:
+                if wrote_intent and idle < patience:
+                    with self._lock:
+                        self._catch_up(functools.partial(self._decided, req, intent_seq))
+                        won, result = None, self._outcome(req, since=intent_seq)
+                else:
+                    won, result, queued = self._attempt(req, intentable, queue=intentable and not wrote_intent,
+                                                        fresh=attempt == 0, fetch=not wrote_intent)
+            except CommitStateUnknownError:
+                # Did the ambiguous write land? If the log can be read, it says so; an entry that did not land
+                # decided nothing, and trying again is safe (a request is decided at most once).
+                readable, result = self._learn(req)
+                if not readable:
+                    raise
+                won = None
+            except StoreError as exc:
+                if wrote_intent:
+                    raise CommitStateUnknownError(
+                        f"the store failed while request {req.id} was waiting to be decided; it may still be: "
+                        f"{exc}") from exc
+                raise
+            if result is not None:
+                if wrote_intent:
+                    parallel.background(functools.partial(self._delete_quietly, [intent_path(req.id)]))
+                    if won is None:
+                        self._busy_until = time.monotonic() + BUSY_S
+                if won is not None:
+                    if intentable and (won[1] or wrote_intent):
+                        # others are waiting: keep the log moving for them at once; this entry's records are
+                        # written meanwhile and waited for before returning
+                        self._serve([self._after_win_later(*won)])
+                    else:
+                        self._after_win(*won)
+                return result
+            attempt += 1
+            if intentable and not wrote_intent:
+                intent_seq = self.state.seq
+                wrote_intent = True  # from here on the intent may exist, even if the put below fails
+                faults.point("intent.before")
+                try:
+                    self.store.put(intent_path(req.id), request_bytes(req))
+                except StoreError as exc:
+                    # applied or not, unknown: wait as if it were there; if it is not, the idle take-over below
+                    # decides the request anyway
+                    log.debug("intent %s may not be written: %s", req.id, exc)
+                faults.point("intent.after")
+            if time.monotonic() - start > SUBMIT_BUDGET_S:
+                msg = f"request {req.id} was not decided within {SUBMIT_BUDGET_S:.0f} s"
+                if wrote_intent:
+                    raise CommitStateUnknownError(msg + "; its intent may still be decided")
+                raise ConcurrentCommitError(msg + "; the store is too contended")
+            if wrote_intent and attempt == 1 and not queued:
+                # Just queued after a lost race: one more try soon (jittered), unless the log moves again
+                # meanwhile (then a writer is making progress and will serve the queue). A request queued behind
+                # others already waiting is not retried: a writer is serving them, and racing it only slows the
+                # log down.
+                try:
+                    with self._lock:
+                        self._catch_up()  # the entry that won the race
+                    lost_at = self.state.seq
+                    time.sleep(random.uniform(0, 2.5) * POLL_S)
+                    with self._lock:
+                        self._catch_up()
+                except StoreError as exc:
+                    raise CommitStateUnknownError(
+                        f"the store failed while request {req.id} was waiting to be decided; it may still be: "
+                        f"{exc}") from exc
+                idle = patience if self.state.seq == lost_at and not self._served(lost_at) else 0
+                last_seq = self.state.seq
+            elif wrote_intent:
+                idle = idle + 1 if self.state.seq == last_seq else 0
+                last_seq = self.state.seq
+                time.sleep(random.uniform(0.5, 1.5) * POLL_S)
+            else:
+                time.sleep(random.uniform(0, min(0.2, 0.002 * 2 ** min(attempt, 10))))
+
+    def _decided(self, req: Request, since: int) -> bool:
+        return self._outcome(req, since=since) is not None
+
+    def _queue_at_once(self, req: Request) -> bool:
+        """Publish ``req`` as an intent without a try of its own, if this process's view says it is still to be
+        decided. Returns whether the intent was put (or may have been: a failed put is waited for like any other)."""
+        with self._lock:
+            if not self._opened or self._outcome(req) is not None:
+                return False
+            if decide(req, self.state.copy(), max(_now_ms(), self.state.ts)) is None:
+                return False
+        faults.point("intent.before")
+        try:
+            self.store.put(intent_path(req.id), request_bytes(req))
+        except StoreError as exc:
+            log.debug("intent %s may not be written: %s", req.id, exc)
+        faults.point("intent.after")
+        return True
+
+    def _served(self, seq: int) -> bool:
+        """Whether entry ``seq`` (read) decided several requests: its writer is serving the queue."""
+        entry = self._recent.get(seq)
+        return entry is not None and len({i.request for i in entry.items}) > 1
+
+    def _learn(self, req: Request) -> tuple[bool, Outcome | None]:
+        """After an ambiguous write: read the log (a few tries). Returns (whether the log could be read, the
+        outcome of ``req`` if it was decided)."""
+        for i in range(3):
+            try:
+                with self._lock:
+                    self._catch_up()
+                    return True, self._outcome(req)
+            except (StoreError, CorruptLogError):
+                time.sleep(0.05 * (i + 1))
+        return False, None
+
+    def _attempt(
+        self, req: Request, intentable: bool, *, queue: bool = False, fresh: bool = False, fetch: bool = True
+    ) -> tuple[tuple[LogEntry, list[str]] | None, Outcome | None, bool]:
+        """One try: refresh, decide ``req`` and the waiting intents, create the next entry. With ``queue``, do not
+        try when other intents are already waiting (a writer serving them will decide ``req`` too). Without
+        ``fetch`` (a waiting request taking over an idle log), only intents already read are decided with ``req``:
+        a take-over may lose the race to another waiter, and if it wins it serves the rest next.
+
+        Returns:
+            ``((entry, intents it decided), outcome, False)`` when this call created the entry;
+            ``(None, outcome, False)`` when ``req`` was already decided; ``(None, None, queued)`` when another
+            writer took the entry (``queued`` False) or others wait (``queued`` True).
+        """
+        with self._lock:
+            listing = parallel.start(lambda: self.store.list(TXN_INTENTS)) if intentable else None
+            try:
+                if not self._opened:
+                    self._open()
+                elif not (fresh and time.monotonic() - self._refreshed < JUST_READ_S):
+                    self._catch_up()
+            finally:
+                names = listing() if listing is not None else []
+            got = self._outcome(req)
+            if got is not None:
+                return None, got, False
+            if queue and self._undecided(names, req.id):
+                return None, None, True
+            others = self._waiting(names, req.id) if fetch else self._known_waiting(names, req.id)
+            if decide(req, self.state.copy(), max(_now_ms(), self.state.ts)) is None:
+                return None, Outcome("noop", reason=f"request {req.id} has nothing left to decide"), False
+            won = self._append([req, *others])
+            if won is None:
+                return None, None, False
+            entry, decided = won
+            decided = [r for r in decided if r != req.id]
+            mine = next((i for i in entry.items if i.request == req.id), None)
+            if mine is None:
+                return (entry, decided), Outcome("unknown", reason=f"request {req.id} was decided out of view"), False
+            return (entry, decided), outcome_of_item(mine, entry.seq), False
+
+    def _serve(self, pending: list[Callable[[], None]]) -> None:
+        """After winning an entry, keep appending entries for the intents still waiting, while this process keeps
+        winning (for up to :data:`SERVE_S`): the writer that already holds the newest state is the fastest one to
+        build the next entry, so the log advances at the pace of one conditional write per entry. The listing of
+        intents for the next round runs while the entry of this round is being created, and partition records of
+        the served entries are written in the background; ``pending`` (derived work already started) and those
+        records are waited for before returning."""
+        until = time.monotonic() + SERVE_S
+        empty = lost = 0
+        with self._lock:
+            listing = self._prefetch()
+        try:
+            while time.monotonic() < until:
+                try:
+                    names, fetched = listing()
+                    with self._lock:
+                        self._intents.update(fetched)
+                        if lost:
+                            # the entry that won the race: listed, not asked for by name, so a view that fell far
+                            # behind while serving jumps to the newest checkpoint instead of reusing a number
+                            self._list_forward()
+                            self._refreshed = time.monotonic()
+                            if self._served(self.state.seq):
+                                return  # another writer serves the queue now: two would only race each other
+                        others = self._waiting(names, "")
+                        # committers decided by the last entry come back with their next commit soon: a queue
+                        # that is empty for a moment is looked at a few more times before serving stops
+                        empty = 0 if others else empty + 1
+                        if empty > SERVE_EMPTY_LOOKS:
+                            return
+                        # An intent listed now but decided by the entry created below is filtered out next round
+                        # (it is decided in the state by then); one written later is in the next listing.
+                        listing = self._prefetch()
+                        won = self._append(others) if others else None
+                    if not others:
+                        time.sleep(POLL_S)
+                        continue
+                except TxnLogError as exc:
+                    log.debug("stopped appending for waiting intents: %s", exc)
+                    return
+                if won is None:
+                    # One lost race is usually a committer's direct first try, which serves nobody: keep serving.
+                    # Losing twice in a row means another writer is serving the queue now.
+                    lost += 1
+                    if lost >= SERVE_LOSSES:
+                        return
+                    continue
+                lost = 0
+                entry, decided = won
+                pending.append(parallel.background(functools.partial(self._write_records, entry)))
+                if decided:
+                    parallel.background(functools.partial(self._delete_quietly, [intent_path(r) for r in decided]))
+                if self._checkpoint_due(entry.seq):
+                    self._join(pending)
+                    self._checkpoint_quietly(entry.seq)
+        finally:
+            self._finish_listing(listing)
+            self._join(pending)
+
+    def _prefetch(self) -> Callable[[], tuple[list[str], dict[str, Request]]]:
+        """Start listing ``_txn/intents/`` and reading the intents in it that are new to this process (caller
+        holds the lock), in the background, so a serving writer has the next round's intents in hand when the entry
+        it is creating meanwhile returns. Returns a function waiting for ``(names, intents read)``."""
+        known, st = set(self._intents), self.state
+
+        def run() -> tuple[list[str], dict[str, Request]]:
+            names = self.store.list(TXN_INTENTS)
+            new = [rid for rid in self._undecided(names, "", st) if rid not in known][:MAX_INTENTS_PER_ENTRY]
+            return names, {rid: r for rid, r in parallel.pmap(self._fetch_intent, new) if r is not None}
+
+        return parallel.background(run)
+
+    @staticmethod
+    def _finish_listing(listing: Callable[[], object]) -> None:
+        """Wait for a listing started ahead that is no longer needed (no request is left running behind)."""
+        try:
+            listing()
+        except TxnLogError:
+            pass
+
+    def _join(self, pending: list[Callable[[], None]]) -> None:
+        while pending:
+            try:
+                pending.pop(0)()
+            except (TxnLogError, OSError) as exc:
+                log.warning("writing partition records: %s (derived data only; readers compute it)", exc)
+
+    def _append(self, reqs: list[Request]) -> tuple[LogEntry, list[str]] | None:
+        """Create the next entry deciding ``reqs`` (caller holds the lock, state current). None if another writer
+        took it (its entry is read on the next refresh)."""
+        ts = max(_now_ms(), self.state.ts)
+        seq = self.state.seq + 1
+        scratch = self.state.copy()
+        items: list[Item] = []
+        touched: dict[tuple[str, int], int] = {}
+        for r in reqs:
+            item = decide(r, scratch, ts)
+            if item is None:
+                continue
+            for tp in item_partitions(item):
+                touched.setdefault(tp, scratch.partition(*tp).next_idx)
+            scratch.apply_item(item, ts)
+            items.append(item)
+        if not items:
+            return None
+        entry = LogEntry(seq, ts, uuid.uuid4().hex, tuple(items), tuple((t, p, idx) for (t, p), idx in touched.items()))
+        scratch.finish(entry)
+        if not self._probed:
+            probe_conditional_writes(self.store)
+            self._probed = True
+        if seq == 0:
+            ensure_format(self.store)
+        faults.point("txnlog.entry.before")
+        if not self.store.put_if_absent(txn_log_path(seq), entry.to_bytes()):
+            return None
+        faults.point("txnlog.entry.after")
+        self.state = scratch
+        self._remember(entry)
+        decided = [i.request for i in items if i.request in self._intents]
+        for rid in decided:
+            self._intents.pop(rid, None)
+        return entry, decided
+
+    def _undecided(self, names: list[str], own: str, st: CoordinatorState | None = None) -> list[str]:
+        """The intent ids among ``names`` (a listing of ``_txn/intents/``) not known to be decided, by name (in
+        ``st``, by default the current state)."""
+        st = self.state if st is None else st
+        ids = []
+        for name in names:
+            if not name.endswith(".json"):
+                continue
+            rid = name[:-5]
+            if rid == own or rid in self._decisions or decided_by_name(rid, st):
+                continue
+            ids.append(rid)
+        return ids
+
+    def _waiting(self, names: list[str], own: str) -> list[Request]:
+        """The undecided intents among ``names`` (fetched once each, in parallel), oldest name first."""
+        ids = self._undecided(names, own)[:MAX_INTENTS_PER_ENTRY]
+        self._intents = {rid: r for rid, r in self._intents.items() if rid in ids}
+        new = [rid for rid in ids if rid not in self._intents]
+        for rid, got in parallel.pmap(self._fetch_intent, new):
+            if got is not None:
+                self._intents[rid] = got
+        return [self._intents[rid] for rid in ids if rid in self._intents]
+
+    def _fetch_intent(self, rid: str) -> tuple[str, Request | None]:
+        """Read intent ``rid``; None if it is gone (decided and deleted) or unreadable."""
+        path = intent_path(rid)
+        try:
+            return rid, request_from_bytes(self.store.get(path), path)
+        except FileNotFoundError:
+            return rid, None
+        except (CorruptLogError, UnsupportedFormatError) as exc:
+            log.warning("ignoring intent: %s", exc)
+            return rid, None
+
+    def _known_waiting(self, names: list[str], own: str) -> list[Request]:
+        """The undecided intents among ``names`` that this process has already read (no request)."""
+        return [self._intents[rid] for rid in self._undecided(names, own)[:MAX_INTENTS_PER_ENTRY]
+                if rid in self._intents]

@@ -1,0 +1,234 @@
+"""Derived work of :class:`~coordinator.txnlog.TransactionLog`: partition records after an entry is won, and
+checkpoints (see ``docs/design.md``).
+
+After winning, the writer writes the entry's derived partition records, and every ``checkpoint_interval`` entries
+a checkpoint, after making sure every partition record of the entries it covers exists. None of it decides
+anything: readers compute what is missing from the log.
+
+A mixin of :class:`~coordinator.txnlog.TransactionLog`, which holds the state it uses (declared below for type
+checking only).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from coordinator import faults, parallel
+from coordinator.errors import StoreError, TxnLogError
+from coordinator.layout import (
+    LAST_CHECKPOINT,
+    intent_path,
+    marker_dir,
+    marker_path,
+    parse_seq,
+    seq_name,
+    txn_checkpoint_path,
+)
+from coordinator.partrecords import PartitionRecord, records_of
+from coordinator.probe import verified_writes
+from coordinator.records import FORMAT_VERSION, LogEntry, encode_json
+from coordinator.state import CoordinatorState
+from coordinator.store import Store
+
+if TYPE_CHECKING:
+    from coordinator.partition import PartitionLog
+
+log = logging.getLogger("coordinator.txnlog")  # the transaction log logs under one name
+
+#: Whenever a checkpoint crosses a multiple of this many checkpoint intervals, its writer also truncates the log.
+TRUNCATE_EVERY = 16
+#: Whenever a checkpoint crosses a multiple of this many checkpoint intervals, it is also kept under its own number
+#: (fallback, truncation point).
+NUMBERED_EVERY = 4
+
+
+def _recent_s() -> float:
+    """:data:`coordinator.txnlog.RECENT_S`, looked up at call time (tests scale the log's clock down)."""
+    from coordinator import txnlog
+
+    return txnlog.RECENT_S
+
+
+class LogCheckpoints:
+    """Partition records, coordinator checkpoints and partition checkpoints (see the module docstring); a mixin of
+    :class:`~coordinator.txnlog.TransactionLog`."""
+
+    if TYPE_CHECKING:
+        store: Store
+        state: CoordinatorState
+        checkpoint_seq: int
+        checkpoint_interval: int
+        partition_checkpoint_interval: int
+        background_checkpoints: bool
+        open_partition: Callable[[str, int], PartitionLog] | None
+        _lock: threading.RLock
+        _checkpointing: threading.Lock
+        _pending_checkpoint: Callable[[], None] | None
+        _loaded_at: float
+        _record_seq: dict[tuple[str, int, int], int]
+        _written: set[int]
+
+        # reading and truncating the log (TransactionLog)
+        def entry(self, seq: int) -> LogEntry: ...
+        def _learn_checkpoint(self) -> None: ...
+        def truncate(self, grace_ms: int | None = None, *, now: float | None = None) -> int: ...
+
+    def _checkpoint_due(self, seq: int) -> bool:
+        return bool(self.checkpoint_interval) and seq % self.checkpoint_interval == self.checkpoint_interval - 1
+
+    def _checkpoint_quietly(self, seq: int) -> None:
+        """Write a checkpoint, in the background when ``background_checkpoints`` (one at a time: a writer busy with
+        one skips the next; the one after covers both)."""
+        if not self._checkpointing.acquire(blocking=False):
+            return
+
+        def run() -> None:
+            try:
+                self.write_checkpoint()
+            except (TxnLogError, OSError) as exc:
+                log.warning("checkpoint after entry %d: %s (readers read more entries)", seq, exc)
+            finally:
+                self._checkpointing.release()
+
+        if self.background_checkpoints:
+            self._pending_checkpoint = parallel.background(run)
+        else:
+            run()
+
+    def flush(self) -> None:
+        """Wait for the checkpoint being written in the background, if any (derived work; for tests and tools that
+        count requests or exit right after a commit)."""
+        wait = self._pending_checkpoint
+        if wait is not None:
+            wait()
+
+    def _after_win(self, entry: LogEntry, decided: list[str]) -> None:
+        """Derived work after creating ``entry``; never fails the commit (everything here is derived data)."""
+        try:
+            self._write_records(entry)
+            if decided:
+                parallel.background(functools.partial(self._delete_quietly, [intent_path(r) for r in decided]))
+        except (TxnLogError, OSError) as exc:
+            log.warning("after committing entry %d: %s (derived data only; readers compute it)", entry.seq, exc)
+        if self._checkpoint_due(entry.seq):
+            self._checkpoint_quietly(entry.seq)
+
+    def _after_win_later(self, entry: LogEntry, decided: list[str]) -> Callable[[], None]:
+        """:meth:`_after_win` in the background; returns a function waiting for it."""
+        return parallel.background(functools.partial(self._after_win, entry, decided))
+
+    def _write_records(self, entry: LogEntry) -> None:
+        write_records(self.store, entry)
+        with self._lock:
+            self._written.add(entry.seq)
+
+    def _delete_quietly(self, paths: list[str]) -> None:
+        def rm(path: str) -> None:
+            try:
+                self.store.delete(path)
+            except StoreError as exc:
+                log.debug("could not delete %s: %s", path, exc)
+
+        parallel.pmap(rm, paths)
+
+    # -- checkpoints ------------------------------------------------------------------------------------------
+
+    def write_checkpoint(self) -> None:
+        """Checkpoint the state as of the last entry read, after making sure every partition record of the
+        entries since the newest checkpoint exists (so entries below it may be deleted later). Idempotent.
+
+        Raises:
+            StoreError: the store failed (the checkpoint is then simply not there; readers read more entries).
+        """
+        with self._lock:
+            st = self.state.copy()
+            known = self.checkpoint_seq
+        if st.seq < 0 or st.seq <= known:
+            return
+        if time.monotonic() - self._loaded_at > _recent_s():
+            self._learn_checkpoint()  # another process may have written newer ones since this one looked
+        known = max(known, self.checkpoint_seq)
+        if st.seq <= known:
+            return
+        entries = parallel.pmap(self.entry, range(known + 1, st.seq + 1))
+        with self._lock:
+            unsure = [e for e in entries if e.seq not in self._written]  # records this process wrote are there
+        ensure_records(self.store, unsure)
+        self._partition_checkpoints(entries)
+        faults.point("txnlog.checkpoint.before")
+        data = encode_json({"v": FORMAT_VERSION, **st.to_json(), "verified": verified_writes()})
+        span = self.checkpoint_interval * NUMBERED_EVERY
+        if not self.checkpoint_interval or (st.seq + 1) // span > (known + 1) // span:
+            # numbered ones: fallback and truncation points, one whenever a multiple of the span was crossed since
+            # the last checkpoint (a busy writer checkpoints whatever entry it has reached, not every K-th one)
+            self.store.put(txn_checkpoint_path(st.seq), data)
+        self.store.put(LAST_CHECKPOINT, data)
+        faults.point("txnlog.checkpoint.after")
+        with self._lock:
+            self.checkpoint_seq = max(self.checkpoint_seq, st.seq)
+            self._record_seq = {k: s for k, s in self._record_seq.items() if s > st.seq}
+            self._written = {q for q in self._written if q > st.seq}
+        span = self.checkpoint_interval * TRUNCATE_EVERY
+        if self.checkpoint_interval and (st.seq + 1) // span > (known + 1) // span:
+            self.truncate()
+
+    def _partition_checkpoints(self, entries: list[LogEntry]) -> None:
+        """Checkpoint the index of every partition whose records crossed a multiple of the partition checkpoint
+        interval in ``entries``, so opening it stays cheap however long its history."""
+        m = self.partition_checkpoint_interval
+        if not m or self.open_partition is None:
+            return
+        due = sorted({(t, p) for e in entries for t, p, idx in e.touched if idx % m == m - 1})
+        opener = self.open_partition
+
+        def checkpoint(tp: tuple[str, int]) -> None:
+            plog = opener(*tp)
+            plog.refresh()
+            plog.write_checkpoint()
+
+        parallel.pmap(checkpoint, due)
+
+
+def write_records(store: Store, entry: LogEntry) -> None:
+    """Write the partition records ``entry`` defines, concurrently. Different bytes already at a record's place
+    mean that partition is damaged: logged (``verify`` reports it), never raised."""
+    recs = list(records_of(entry).values())
+
+    def put(rec: PartitionRecord) -> None:
+        path = marker_path(rec.topic, rec.partition, rec.idx)
+        faults.point("record.before")
+        if not store.put_if_absent(path, rec.to_bytes()):
+            log.error("partition %s/%d is damaged: %s holds other bytes than log entry %d defines", rec.topic,
+                      rec.partition, path, entry.seq)
+        faults.point("record.after")
+
+    parallel.pmap(put, recs)
+
+
+def ensure_records(store: Store, entries: list[LogEntry]) -> int:
+    """Make sure every partition record of ``entries`` exists: one listing per touched partition, then the
+    missing records written. Returns how many were written."""
+    want: dict[tuple[str, int], dict[int, LogEntry]] = {}
+    for e in entries:
+        for topic, p, idx in e.touched:
+            want.setdefault((topic, p), {})[idx] = e
+
+    def check(item: tuple[tuple[str, int], dict[int, LogEntry]]) -> int:
+        (topic, p), by_idx = item
+        first = min(by_idx)
+        after = seq_name(first - 1) if first > 0 else None
+        present = {parse_seq(n) for n in store.list(marker_dir(topic, p), start_after=after)}
+        missing = [e for idx, e in sorted(by_idx.items()) if idx not in present]
+        for e in missing:
+            rec = records_of(e)[(topic, p)]
+            if not store.put_if_absent(marker_path(topic, p, rec.idx), rec.to_bytes()):
+                log.error("partition %s/%d is damaged: record %d holds other bytes than log entry %d defines",
+                          topic, p, rec.idx, e.seq)
+        return len(missing)
+
+    return sum(parallel.pmap(check, list(want.items())))
