@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src"
-CORE = ("store", "probe", "layout", "records", "partrecords", "decisions", "state", "txnlog", "partition",
-        "coordinator", "parallel", "faults", "errors", "redact")
+CORE = ("store", "probe", "layout", "records", "partrecords", "decisions", "state", "txnlog", "groupcommit",
+        "logcheckpoint", "partition", "coordinator", "txntypes", "sweeps", "parallel", "faults", "errors", "redact")
 SUBPACKAGES = ("coordinator.inspect", "coordinator.explore", "coordinator.maintenance", "coordinator.cli")
 
 

@@ -5,19 +5,18 @@ The coordinator holds no state outside the store: every process that opens a :cl
 the same store replays the same transaction log and reaches the same decisions. A commit is one log entry (shared
 with whatever other commits are waiting: group commit) that assigns the transaction's offsets in every partition
 it touches; its creation is the commit point, and nothing is left to roll forward (see ``docs/design.md``).
+
+The records it hands out live in :mod:`coordinator.txntypes`, the work of its sweeps in :mod:`coordinator.sweeps`.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 
-from coordinator import faults, parallel
+from coordinator import faults, parallel, sweeps
 from coordinator.decisions import (
-    ExpireRequest,
     Outcome,
     TxnRequest,
     abort_request,
@@ -26,15 +25,13 @@ from coordinator.decisions import (
 )
 from coordinator.errors import (
     AlreadyCommittedError,
-    CommitStateUnknownError,
     InvalidOptionError,
     InvalidTxnStateError,
-    OutOfOrderSequenceError,
     ProducerFencedError,
     StoreError,
     TopicNotFoundError,
 )
-from coordinator.layout import TXN_OPEN, check_name, open_path
+from coordinator.layout import check_name, open_path
 from coordinator.partition import DEFAULT_CHECKPOINT_INTERVAL as PARTITION_CHECKPOINT_INTERVAL
 from coordinator.partition import PartitionLog
 from coordinator.records import (
@@ -44,11 +41,11 @@ from coordinator.records import (
     app_txn_id,
     is_ready,
     parse_txn_id,
-    producer_txn_id,
 )
 from coordinator.store import Store
 from coordinator.topics import TopicMeta, get_topic, list_topics
-from coordinator.txnlog import DEFAULT_CHECKPOINT_INTERVAL, TransactionLog, now_ms
+from coordinator.txnlog import DEFAULT_CHECKPOINT_INTERVAL, TransactionLog
+from coordinator.txntypes import CommitResult, ProducerIdentity, Snapshot, _error, _offsets, _offsets_lenient
 
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS = 7 * 24 * 3600 * 1000
@@ -57,53 +54,6 @@ DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS = 7 * 24 * 3600 * 1000
 GROUP_TID_PREFIX = "__group__."
 #: The durable form of a removed committed offset (group deletion).
 REMOVED = -1
-
-
-@dataclass(frozen=True)
-class ProducerIdentity:
-    """What ``init_transactions`` hands a producer: its transactional id, producer id and epoch."""
-
-    tid: str
-    pid: int
-    epoch: int
-
-    def txn_id(self, n: int) -> str:
-        """The id of this producer's transaction number ``n``."""
-        return producer_txn_id(self.pid, self.epoch, n)
-
-
-@dataclass(frozen=True)
-class CommitResult:
-    """The outcome of a commit.
-
-    Attributes:
-        txn: the transaction id.
-        commit_seq: the transaction-log entry that committed it (-1 when not known to this process).
-        offsets: (topic, partition) -> (first offset, end offset) the transaction's records received (empty when
-            the commit was learned from the state rather than from its entry).
-        already_committed: an application version that was already committed: this call published nothing.
-    """
-
-    txn: str
-    commit_seq: int
-    offsets: Mapping[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
-    already_committed: bool = False
-
-    @property
-    def records(self) -> int:
-        return sum(e - b for b, e in self.offsets.values())
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """A transaction-consistent cut: every transaction committed at or before log entry ``seq`` and no other.
-
-    ``ends[topic][partition]`` is the exclusive end offset of the cut in each partition, ``starts`` the log start.
-    """
-
-    seq: int
-    ends: Mapping[str, Mapping[int, int]]
-    starts: Mapping[str, Mapping[int, int]]
 
 
 class TransactionCoordinator:
@@ -388,18 +338,7 @@ class TransactionCoordinator:
         Returns:
             True if this call aborted it; False if it was decided already (committed or aborted).
         """
-        ref = parse_txn_id(txn)
-        if ref is None:
-            raise InvalidOptionError(f"{txn!r} is not a transaction id")
-        if ref.kind == "a":
-            return self.abort_app(ref.app, ref.version, ref.token, reason=reason)
-        meta = self.log.refresh().producer_by_pid(ref.pid)
-        if meta is None or meta.epoch != ref.epoch or ref.n <= meta.last_txn:
-            return False
-        req = abort_request(txn=txn, tid=meta.tid, pid=ref.pid, epoch=ref.epoch, n=ref.n, reason=reason, fence=True)
-        out = self.log.submit(req)
-        self.close_transaction(txn)
-        return out.status == "aborted" and out.item is not None and out.item.request == req.id
+        return sweeps.abort_open(self, txn, reason=reason)
 
     def txn_status(self, txn: str) -> str:
         """What the log says of transaction ``txn``: ``committed``, ``aborted``, ``undecided`` or ``unknown``
@@ -508,31 +447,7 @@ class TransactionCoordinator:
         differ from what its entry defines (an operator's repair of a damaged partition). Returns how many records
         were written. Never needed for correctness while the defining entries are retained.
         """
-        from coordinator.layout import TXN_LOG, marker_path
-        from coordinator.partrecords import records_of
-        from coordinator.txnlog import ensure_records
-
-        st = self.log.refresh()
-        if not damaged:
-            first = max(0, self.log.checkpoint_seq + 1)
-            entries = [self.log.entry(s) for s in range(first, st.seq + 1)]
-            return ensure_records(self.store, entries)
-        from coordinator.layout import parse_seq
-
-        seqs = [n for n in (parse_seq(x) for x in self.store.list(TXN_LOG)) if n is not None]
-        written = 0
-        for seq in seqs:
-            for (t, p), rec in records_of(self.log.entry(seq)).items():
-                path = marker_path(t, p, rec.idx)
-                want = rec.to_bytes()
-                try:
-                    have = self.store.get(path)
-                except FileNotFoundError:
-                    have = None
-                if have != want:
-                    self.store.put(path, want)
-                    written += 1
-        return written
+        return sweeps.repair_records(self, damaged=damaged)
 
     # -- sweeps -----------------------------------------------------------------------------------------------
 
@@ -543,78 +458,9 @@ class TransactionCoordinator:
         Returns:
             the transactional ids whose transaction this call aborted (one a commit beat is not listed).
         """
-        infos = self.store.list_info(TXN_OPEN)
-        t = self.store.now() * 1000 if now is None else now
-        st = self.log.refresh()
-        aborted = []
-        for info in infos:
-            txn = info.path.rsplit("/", 1)[-1].removesuffix(".json")
-            ref = parse_txn_id(txn)
-            if ref is None or ref.kind != "p":
-                continue
-            meta = st.producer_by_pid(ref.pid)
-            if meta is None or meta.epoch != ref.epoch or ref.n <= meta.last_txn:
-                self.close_transaction(txn, wait=True)
-                continue
-            if t - info.mtime * 1000 <= meta.timeout_ms:
-                continue
-            req = abort_request(txn=txn, tid=meta.tid, pid=ref.pid, epoch=ref.epoch, n=ref.n,
-                                reason="transaction timeout", fence=True)
-            out = self.log.submit(req)
-            if out.status == "aborted" and out.item is not None and out.item.request == req.id:
-                aborted.append(meta.tid)
-            self.close_transaction(txn, wait=True)
-        return aborted
+        return sweeps.abort_timed_out(self, now)
 
     def expire_transactional_ids(self, now: int | None = None) -> list[str]:
         """Forget transactional ids idle longer than the expiration; a producer of an expired id is fenced and its
         pid is never reused. Returns the expired ids."""
-        t = now_ms() if now is None else now
-        expired = []
-        for meta in list(self.log.refresh().producers.values()):
-            if is_ready(meta.state) and t - meta.last_ts > self.transactional_id_expiration_ms:
-                req = ExpireRequest(f"e-{uuid.uuid4().hex}", tid=meta.tid, pid=meta.pid, epoch=meta.epoch,
-                                    last_ts=meta.last_ts, reason="expired")
-                if self.log.submit(req).status == "done":
-                    expired.append(meta.tid)
-        return expired
-
-
-def _offsets(offsets: Mapping[str, Mapping[str, Mapping[int, int]]] | None) -> dict[str, dict[str, dict[str, int]]]:
-    """Group offsets in their durable form.
-
-    Raises:
-        InvalidNameError: a bad group name.
-        InvalidOptionError: a negative offset (a negative value is how the log records a removed offset).
-    """
-    offs = {g: {t: {str(p): int(o) for p, o in ps.items()} for t, ps in ts.items()}
-            for g, ts in (offsets or {}).items()}
-    for g, ts in offs.items():
-        check_name("group", g)
-        for t, ps in ts.items():
-            for p, o in ps.items():
-                if o < 0:
-                    raise InvalidOptionError(f"offset {o} of group {g!r} for {t}/{p} is negative")
-    return offs
-
-
-def _offsets_lenient(offsets: Mapping[str, Mapping[str, Mapping[int, int]]] | None) -> dict[str, dict[str, dict[str,
-                                                                                                       int]]]:
-    """Group offsets as an abort records them (never applied, so not checked)."""
-    return {str(g): {str(t): {str(p): int(o) for p, o in ps.items()} for t, ps in ts.items()}
-            for g, ts in (offsets or {}).items()}
-
-
-def _error(req: TxnRequest, out: Outcome) -> Exception:
-    """The error a requester gets for a non-success outcome."""
-    if out.status == "rejected":
-        if out.code == "fenced":
-            return ProducerFencedError(out.reason)
-        if out.code == "sequence":
-            return OutOfOrderSequenceError(out.reason)
-        return InvalidTxnStateError(out.reason)
-    if out.status == "aborted":
-        return InvalidTxnStateError(f"transaction {req.txn} was aborted ({out.reason or 'no reason recorded'})")
-    if out.status == "committed":
-        return InvalidTxnStateError(f"transaction {req.txn} was committed")
-    return CommitStateUnknownError(f"the outcome of transaction {req.txn} is not known to this process: {out.reason}")
+        return sweeps.expire_transactional_ids(self, now)
