@@ -63,9 +63,6 @@ IDLE_POLLS = 4
 #: After winning an entry, a writer keeps appending entries for intents still waiting for at most this long (its
 #: own caller waits meanwhile; every hand-over to another writer costs the log a few idle looks).
 SERVE_S = 3.0
-#: For this long after a request of this process was decided by a writer serving the queue, the next one joins
-#: the queue at once instead of trying to append itself.
-BUSY_S = 0.5
 #: A writer serving the queue stops after this many looks in a row that find no intent waiting.
 SERVE_EMPTY_LOOKS = 4
 #: A writer serving the queue stops after losing this many races in a row (another writer serves it).
@@ -111,13 +108,12 @@ class GroupCommit:
         _recent: OrderedDict[int, LogEntry]
         _decisions: OrderedDict[str, tuple[Item, int]]
         _intents: dict[str, Request]
-        _busy_until: float
         _refreshed: float
         _probed: bool
 
         # reading the log (TransactionLog)
         def _open(self) -> None: ...
-        def _catch_up(self, enough: Callable[[], bool] | None = None) -> None: ...
+        def _catch_up(self) -> None: ...
         def _list_forward(self) -> None: ...
         def _remember(self, entry: LogEntry) -> None: ...
         def _outcome(self, req: Request, *, since: int | None = None) -> Outcome | None: ...
@@ -159,14 +155,11 @@ class GroupCommit:
         last_seq, idle = -2, 0
         # waiters that saw the log stand still at the same moment do not all take over at once
         patience = IDLE_POLLS + random.randint(0, IDLE_POLLS)
-        if intentable and time.monotonic() < self._busy_until and self._queue_at_once(req):
-            # a writer is serving the queue: join it at once (a direct try would only race it)
-            intent_seq, wrote_intent, attempt, queued = self.state.seq, True, 1, True
         while True:
             try:
                 if wrote_intent and idle < patience:
                     with self._lock:
-                        self._catch_up(functools.partial(self._decided, req, intent_seq))
+                        self._catch_up()
                         won, result = None, self._outcome(req, since=intent_seq)
                 else:
                     won, result, queued = self._attempt(req, intentable, queue=intentable and not wrote_intent,
@@ -187,8 +180,6 @@ class GroupCommit:
             if result is not None:
                 if wrote_intent:
                     parallel.background(functools.partial(self._delete_quietly, [intent_path(req.id)]))
-                    if won is None:
-                        self._busy_until = time.monotonic() + BUSY_S
                 if won is not None:
                     if intentable and (won[1] or wrote_intent):
                         # others are waiting: keep the log moving for them at once; this entry's records are
@@ -230,7 +221,7 @@ class GroupCommit:
                     raise CommitStateUnknownError(
                         f"the store failed while request {req.id} was waiting to be decided; it may still be: "
                         f"{exc}") from exc
-                idle = patience if self.state.seq == lost_at and not self._served(lost_at) else 0
+                idle = patience if self.state.seq == lost_at else 0
                 last_seq = self.state.seq
             elif wrote_intent:
                 idle = idle + 1 if self.state.seq == last_seq else 0
@@ -238,25 +229,6 @@ class GroupCommit:
                 time.sleep(random.uniform(0.5, 1.5) * POLL_S)
             else:
                 time.sleep(random.uniform(0, min(0.2, 0.002 * 2 ** min(attempt, 10))))
-
-    def _decided(self, req: Request, since: int) -> bool:
-        return self._outcome(req, since=since) is not None
-
-    def _queue_at_once(self, req: Request) -> bool:
-        """Publish ``req`` as an intent without a try of its own, if this process's view says it is still to be
-        decided. Returns whether the intent was put (or may have been: a failed put is waited for like any other)."""
-        with self._lock:
-            if not self._opened or self._outcome(req) is not None:
-                return False
-            if decide(req, self.state.copy(), max(_now_ms(), self.state.ts)) is None:
-                return False
-        faults.point("intent.before")
-        try:
-            self.store.put(intent_path(req.id), request_bytes(req))
-        except StoreError as exc:
-            log.debug("intent %s may not be written: %s", req.id, exc)
-        faults.point("intent.after")
-        return True
 
     def _served(self, seq: int) -> bool:
         """Whether entry ``seq`` (read) decided several requests: its writer is serving the queue."""

@@ -106,8 +106,6 @@ class TransactionLog(GroupCommit, LogCheckpoints):
         self._record_seq: dict[tuple[str, int, int], int] = {}
         self._decisions: OrderedDict[str, tuple[Item, int]] = OrderedDict()
         self._intents: dict[str, Request] = {}
-        #: Until when the log counts as busy (a request of this process was just decided by a serving writer).
-        self._busy_until = 0.0
         self._since_pointer = 0
         self._refreshed = -1e9
         self._loaded_at = -1e9
@@ -202,21 +200,16 @@ class TransactionLog(GroupCommit, LogCheckpoints):
                 self._catch_up()
             return self._state
 
-    def _catch_up(self, enough: Callable[[], bool] | None = None) -> None:
-        """Read the entries after this process's view. With ``enough``, stop as soon as it says so after reading
-        the next entry by name (a waiting request looking for its decision needs no listing)."""
+    def _catch_up(self) -> None:
         if self.state.seq >= 0 and time.monotonic() - self._refreshed < RECENT_S:
             # Read recently: no truncation can have passed this process by (it deletes only entries below a
             # checkpoint older than the grace period), so asking for the next entry by name is enough, and cheaper
-            # than a listing when nothing is new (the common case for a process waiting on the log). An entry read
-            # by name without a listing is younger than that read, so the time of the read is kept.
+            # than a listing when nothing is new (the common case for a process waiting on the log).
             nxt = self._get_entry(self.state.seq + 1)
             if nxt is None:
                 self._refreshed = time.monotonic()
                 return
             self._apply(nxt)
-            if enough is not None and enough():
-                return
         self._list_forward()
         self._refreshed = time.monotonic()
 
