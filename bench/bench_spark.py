@@ -2,7 +2,8 @@
 
 1. batch write: ``df.write.format("txnlog")`` and the native write path (``txnsink.write``), without a key and
    keyed on the timestamp column, against Spark's own Parquet writer (``df.write.parquet``), interleaved run by run
-   (``--write-runs``, default 3): each row reports the median time and the median and max ratio over the runs;
+   (``--write-runs``, default 3, after ``--write-warmup`` untimed runs, default 1): each row reports the median
+   time and the median and max ratio over the runs;
 2. batch reads (see :mod:`bench_read`): every column into the ``noop`` sink, an aggregate over all six columns,
    an aggregate over two of them, through the data source (``spark.read.format("txnlog")``) and the native path
    (``txnsource.read``), against Spark's Parquet reader; and a streaming read of 1,000 records of a 1M-record
@@ -11,7 +12,7 @@
    sink, and a txnlog -> txnlog pipeline; time per micro-batch.
 
     python bench/bench_spark.py [--rows 10000000] [--partitions 8] [--batches 10] [--repeat 2] [--read-rounds 5]
-                                [--write-runs 3] [--writes-only]
+                                [--write-runs 3] [--write-warmup 1] [--writes-only]
 
 It prints the timings and ratios (txnlog / Spark; below 1 means txnlog was faster).
 """
@@ -71,9 +72,10 @@ def best(fn: Callable[[], Any], repeat: int, reset: Callable[[], None] | None = 
     return min(times)
 
 
-def write_runs(spark: Any, df: Any, tmp: str, partitions: int, runs: int) -> dict[str, list[float]]:
-    """Seconds of each write per run, interleaved (Spark's Parquet writer first in every run). The data source's
-    unkeyed write of the last run stays in ``{tmp}/lake`` (topic ``bench``) for the reads."""
+def write_runs(spark: Any, df: Any, tmp: str, partitions: int, runs: int, warmup: int = 1) -> dict[str, list[float]]:
+    """Seconds of each write per run, interleaved (Spark's Parquet writer first in every run), after ``warmup``
+    untimed runs of every write (Python workers started, modules imported, JIT warm on both sides). The data
+    source's unkeyed write of the last run stays in ``{tmp}/lake`` (topic ``bench``) for the reads."""
     import txnsink
 
     lake = f"{tmp}/lake"
@@ -101,12 +103,13 @@ def write_runs(spark: Any, df: Any, tmp: str, partitions: int, runs: int) -> dic
     folders = {"spark": "parquet", "source": "lake", "native": "lake-native", "source_keyed": "lake-keyed",
                "native_keyed": "lake-native"}
     times: dict[str, list[float]] = {k: [] for k in writes}
-    for _ in range(runs):
+    for run in range(warmup + runs):
         for name, fn in writes.items():
             shutil.rmtree(f"{tmp}/{folders[name]}", ignore_errors=True)
             t0 = time.perf_counter()
             fn()
-            times[name].append(time.perf_counter() - t0)
+            if run >= warmup:
+                times[name].append(time.perf_counter() - t0)
     for folder in ("lake-native", "lake-keyed"):
         shutil.rmtree(f"{tmp}/{folder}", ignore_errors=True)
     return times
@@ -118,12 +121,13 @@ def print_writes(times: dict[str, list[float]]) -> None:
     rows = [("data source, no key", "source", "1.1x"), ("native path, no key", "native", "1.05x"),
             ("data source, keyed on timestamp", "source_keyed", "1.3x"),
             ("native path, keyed on timestamp", "native_keyed", "1.3x")]
-    print(f"\nbatch write vs Spark's Parquet writer ({len(spark)} interleaved runs; ratio per run)")
-    print(f"{'':<34}{'txnlog s':>10}{'Spark s':>10}{'median':>8}{'max':>8}{'target':>8}")
+    print(f"\nbatch write vs Spark's Parquet writer ({len(spark)} interleaved runs after a warm-up; ratio per run)")
+    print(f"{'':<34}{'txnlog s':>10}{'Spark s':>10}{'median':>8}{'max':>8}{'target':>8}   per run")
     for label, name, target in rows:
         ratios = [t / s for t, s in zip(times[name], spark, strict=True)]
         print(f"{label:<34}{statistics.median(times[name]):>10.1f}{statistics.median(spark):>10.1f}"
-              f"{statistics.median(ratios):>7.2f}x{max(ratios):>7.2f}x{target:>8}")
+              f"{statistics.median(ratios):>7.2f}x{max(ratios):>7.2f}x{target:>8}   "
+              + " ".join(f"{r:.2f}x" for r in ratios))
 
 
 def stream_batches(spark: Any, query_fn: Callable[[str], Any], ckpt: str) -> tuple[float, int]:
@@ -143,6 +147,7 @@ def main() -> None:
     ap.add_argument("--read-rounds", type=int, default=5, help="rounds of the read measures (medians)")
     ap.add_argument("--cores", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--write-runs", type=int, default=3, help="interleaved runs of the batch writes")
+    ap.add_argument("--write-warmup", type=int, default=1, help="untimed interleaved runs before them")
     ap.add_argument("--writes-only", action="store_true", help="only the batch writes (no reads, no streaming)")
     args = ap.parse_args()
 
@@ -152,7 +157,7 @@ def main() -> None:
         df = bench_frame(spark, args.rows, args.partitions)
         parquet, lake = f"{tmp}/parquet", f"{tmp}/lake"
 
-        writes = write_runs(spark, df, tmp, args.partitions, args.write_runs)
+        writes = write_runs(spark, df, tmp, args.partitions, args.write_runs, args.write_warmup)
         if args.writes_only:
             print(f"\n{args.rows:,} rows; {args.partitions} partitions; local[{args.cores}]")
             print_writes(writes)
