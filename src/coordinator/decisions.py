@@ -36,6 +36,7 @@ from coordinator.records import (
     ReplaceItem,
     RetainItem,
     SegmentRef,
+    TxnRef,
     TxnState,
     app_txn_id,
     check_format,
@@ -46,7 +47,7 @@ from coordinator.records import (
     walk,
 )
 from coordinator.records import FORMAT_VERSION as _V
-from coordinator.state import CoordinatorState, PartitionMeta
+from coordinator.state import CoordinatorState, PartitionMeta, ProducerMeta
 
 INTENT_KINDS = ("commit", "abort", "init")
 #: A compaction must be published within this long of writing its merged file (see ReplaceItem.staged_at).
@@ -175,6 +176,19 @@ def request_from_bytes(data: bytes, where: str) -> Request:
 
 def request_bytes(req: Request) -> bytes:
     return encode_json(req.to_json())
+
+
+def undecided_producer_txn(name: str, st: CoordinatorState) -> tuple[TxnRef, ProducerMeta] | None:
+    """For a producer transaction id ``name`` still undecided in ``st`` (its producer current at that epoch, the
+    number not yet decided): its parsed id and its producer. None for anything else (an application attempt, a
+    name that is no transaction id, a decided or fenced transaction)."""
+    ref = parse_txn_id(name)
+    if ref is None or ref.kind != "p":
+        return None
+    meta = st.producer_by_pid(ref.pid)
+    if meta is None or meta.epoch != ref.epoch or ref.n <= meta.last_txn:
+        return None
+    return ref, meta
 
 
 def decided_by_name(name: str, st: CoordinatorState) -> bool:
