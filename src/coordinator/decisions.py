@@ -178,17 +178,13 @@ def request_bytes(req: Request) -> bytes:
     return encode_json(req.to_json())
 
 
-def undecided_producer_txn(name: str, st: CoordinatorState) -> tuple[TxnRef, ProducerMeta] | None:
-    """For a producer transaction id ``name`` still undecided in ``st`` (its producer current at that epoch, the
-    number not yet decided): its parsed id and its producer. None for anything else (an application attempt, a
-    name that is no transaction id, a decided or fenced transaction)."""
-    ref = parse_txn_id(name)
-    if ref is None or ref.kind != "p":
-        return None
+def undecided_producer(ref: TxnRef, st: CoordinatorState) -> ProducerMeta | None:
+    """The producer of transaction ``ref`` (a producer transaction id) if ``st`` has not decided that transaction
+    yet (the producer is current at that epoch and the number is not decided); None if it is decided or fenced."""
     meta = st.producer_by_pid(ref.pid)
     if meta is None or meta.epoch != ref.epoch or ref.n <= meta.last_txn:
         return None
-    return ref, meta
+    return meta
 
 
 def decided_by_name(name: str, st: CoordinatorState) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING
 
-from coordinator.decisions import ExpireRequest, abort_request, undecided_producer_txn
+from coordinator.decisions import ExpireRequest, abort_request, undecided_producer
 from coordinator.errors import InvalidOptionError
 from coordinator.layout import TXN_OPEN
 from coordinator.records import is_ready, parse_txn_id
@@ -25,10 +25,9 @@ def abort_open(coord: TransactionCoordinator, txn: str, *, reason: str = "aborte
         raise InvalidOptionError(f"{txn!r} is not a transaction id")
     if ref.kind == "a":
         return coord.abort_app(ref.app, ref.version, ref.token, reason=reason)
-    open_ = undecided_producer_txn(txn, coord.log.refresh())
-    if open_ is None:
+    meta = undecided_producer(ref, coord.log.refresh())
+    if meta is None:
         return False
-    meta = open_[1]
     req = abort_request(txn=txn, tid=meta.tid, pid=ref.pid, epoch=ref.epoch, n=ref.n, reason=reason, fence=True)
     out = coord.log.submit(req)
     coord.close_transaction(txn)
@@ -72,14 +71,13 @@ def abort_timed_out(coord: TransactionCoordinator, now: float | None = None) -> 
     aborted = []
     for info in infos:
         txn = info.path.rsplit("/", 1)[-1].removesuffix(".json")
-        first = parse_txn_id(txn)
-        if first is None or first.kind != "p":
+        ref = parse_txn_id(txn)
+        if ref is None or ref.kind != "p":
             continue
-        open_ = undecided_producer_txn(txn, st)
-        if open_ is None:
+        meta = undecided_producer(ref, st)
+        if meta is None:
             coord.close_transaction(txn, wait=True)
             continue
-        ref, meta = open_
         if t - info.mtime * 1000 <= meta.timeout_ms:
             continue
         req = abort_request(txn=txn, tid=meta.tid, pid=ref.pid, epoch=ref.epoch, n=ref.n,

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from coordinator import parallel
 from coordinator.coordinator import GROUP_TID_PREFIX, TransactionCoordinator
-from coordinator.decisions import decided_by_name, undecided_producer_txn
+from coordinator.decisions import decided_by_name, undecided_producer
 from coordinator.errors import CorruptLogError, TopicNotFoundError
 from coordinator.inspect.common import ABORTED, COMMITTED, ONGOING, UNKNOWN, coord_for, utc
 from coordinator.layout import (
@@ -191,10 +191,12 @@ def transactions(
     opened: list[dict[str, Any]] = []
     for info in infos:
         txn = info.path.rsplit("/", 1)[-1].removesuffix(".json")
-        open_ = undecided_producer_txn(txn, state)
-        if open_ is None:
-            continue  # decided (a leftover open record), or not a producer transaction
-        ref, pm = open_
+        ref = parse_txn_id(txn)
+        if ref is None or ref.kind != "p":
+            continue
+        pm = undecided_producer(ref, state)
+        if pm is None:
+            continue  # decided: a leftover open record
         age = t - int(info.mtime * 1000)
         opened.append({"txn": txn, "tid": pm.tid, "pid": ref.pid, "epoch": ref.epoch, "state": ONGOING,
                        "started": utc(info.mtime * 1000), "age_ms": age, "timeout_ms": pm.timeout_ms,
