@@ -28,6 +28,9 @@ MAX_BACKGROUND = 16
 _pools: dict[str, ThreadPoolExecutor] = {}
 _pool_lock = threading.Lock()
 _role = threading.local()
+#: Background jobs submitted and not finished yet (see :func:`drain`).
+_in_flight = 0
+_idle = threading.Condition()
 
 
 def _executor(kind: str) -> ThreadPoolExecutor:
@@ -93,6 +96,22 @@ def background(fn: Callable[[], R]) -> Callable[[], R]:
     return _submit("bg", fn)
 
 
+def drain(timeout: float | None = None) -> bool:
+    """Wait until no background job (started by :func:`background` from any thread) is running or queued, for
+    at most ``timeout`` seconds (None: no limit): a tool about to exit, or a test about to judge the store, waits
+    for the derived work in flight. Returns whether the pool went idle."""
+    with _idle:
+        return _idle.wait_for(lambda: _in_flight == 0, timeout)
+
+
+def _count(delta: int) -> None:
+    global _in_flight
+    with _idle:
+        _in_flight += delta
+        if not _in_flight:
+            _idle.notify_all()
+
+
 def _submit(kind: str, fn: Callable[[], R]) -> Callable[[], R]:
     if _inside(kind):
         try:
@@ -106,11 +125,18 @@ def _submit(kind: str, fn: Callable[[], R]) -> Callable[[], R]:
             return fail
         return lambda: value
     injector = faults.current()
+    counted = kind == "bg"
 
-    def run() -> R:
-        with faults.injected(injector):
-            return fn()
+    def run() -> R:  # runs once: in the pool, or in the waiter when the pool had not started it
+        try:
+            with faults.injected(injector):
+                return fn()
+        finally:
+            if counted:
+                _count(-1)
 
+    if counted:
+        _count(1)
     future = _executor(kind).submit(run)
 
     def wait() -> R:

@@ -59,6 +59,7 @@ from coordinator import (
     create_topic,
     faults,
     open_store,
+    parallel,
     read_snapshot,
 )
 from coordinator.faults import InjectedCrash
@@ -370,6 +371,11 @@ class Worker:
                 self.rng.choices(fns, weights)[0]()
         with self.no_faults():
             self.finish_queries()
+        # Derived work its processes started in the background (records, checkpoints) carries the injector and
+        # may still fire a crash or a maintenance race: it ends before this worker does, and so before the final
+        # read, which a maintenance pass with a zero grace period would otherwise race.
+        if not parallel.drain(timeout=120):
+            raise RuntimeError(f"worker {self.spec.wid}: background work still running after 120 s")
         self.result.faults.update(self.plan.counts)
         return self.result
 
@@ -1228,6 +1234,8 @@ def _run_history(params: HistoryParams) -> History:
                 raise s
             assert s is not None
             results.append(s)
+    if not parallel.drain(timeout=120):
+        raise RuntimeError("background work still running 120 s after the workers ended")
     h = History(params.seed, params.describe(), ctp=(GROUP, SRC, DST) if params.ctp else None)
     for r in results:
         h.ops += r.ops
