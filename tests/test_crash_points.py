@@ -7,6 +7,8 @@ the crash came after its commit point (the transaction log entry that decides it
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from coordinator import Producer, TransactionCoordinator, faults
@@ -83,6 +85,30 @@ def test_crash_during_commit_resolves_to_one_outcome(
     assert set(ids) == expected
     # A second fresh process sees the very same thing (the outcome is durable, not a view of one process).
     assert committed_ids(backend) == ids
+
+
+def test_a_failed_first_segment_leaves_no_request_of_the_producer_running(backend: Backend) -> None:
+    """The first segment of a transaction is written while the coordinator is asked, concurrently, whether the
+    producer is current and to record the open transaction: when writing the segment fails, both requests have
+    ended by the time the error reaches the caller (a crash leaves nothing running behind it)."""
+    store = backend.open()
+    make_topic(store)
+    p = Producer(store, "etl")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("t", rows(range(10), "first"), key="id")
+    seen: list[str] = []
+
+    def injector(name: str) -> None:
+        if name == "open.before":
+            time.sleep(0.3)  # the open record takes its time
+        seen.append(name)
+        if name == "segment.before":
+            raise InjectedCrash(name)
+
+    with faults.injected(injector), pytest.raises(InjectedCrash):
+        p.flush()
+    assert "segment.before" in seen and "open.after" in seen, seen
 
 
 CONTROL_POINTS = [

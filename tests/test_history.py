@@ -142,7 +142,7 @@ def _good() -> History:
     poll = ReadOp("P", "poll", start=26, end=27, topics=("a", "b", "in"), session="s1", complete=True,
                   start_positions={("a", 0): 0}, records=[*recs_a, ("in", 0, 0, "w0t0/0/2/0"),
                                                           ("in", 0, 1, "w0t0/0/2/1"), ("a", 1, None, "w0t1/0/1/0")])
-    final = ReadOp("final", "final", start=60, end=61, topics=("a", "b", "in", "out"), complete=True,
+    final = ReadOp("final", "final", start=90, end=91, topics=("a", "b", "in", "out"), complete=True,
                    records=[*recs_a, ("in", 0, 0, "w0t0/0/2/0"), ("in", 0, 1, "w0t0/0/2/1"),
                             ("out", 0, 0, "ctp/0/1/0|w0t0/0/2/0")])
     init = MiscOp("init", "init", 1, 2, error="InjectedCrash: txnlog.Empty.after", outcome=UNKNOWN)
@@ -193,6 +193,9 @@ def _break(rule: str, h: History) -> None:
         snap.read_only, snap.write_attempts = True, ["put_if_absent _txn/log/00000000000000000007.json"]
     elif rule == "integrity":
         h.verify = [("topics/a/1/log/00000000000000000002.json", "partition a/1 is damaged: record 2 differs")]
+    elif rule == "quiescence":  # a maintenance race a background job fired, still running when the final read began
+        h.ops.append(MiscOp("w0.9.race1", "maintenance", 89, 92, detail="gc a/0 at txnlog.checkpoint.before",
+                            grace_ms=0, race=True))
     else:
         raise AssertionError(f"no bad history for rule {rule}")
 

@@ -63,3 +63,24 @@ def test_a_job_its_waiter_runs_inline_is_counted_once() -> None:
     for b in blockers:
         b()
     assert parallel.drain(timeout=5)
+
+
+@pytest.mark.parametrize("busy", [False, True], ids=["in the pool", "in the waiter"])
+def test_a_waiter_called_again_returns_the_same_outcome_and_the_job_runs_once(busy: bool) -> None:
+    gate = threading.Event()
+    blockers = [parallel.background(lambda: gate.wait(5)) for _ in range(parallel.MAX_BACKGROUND if busy else 0)]
+    runs: list[int] = []
+
+    def job() -> int:
+        runs.append(1)
+        raise KeyError("once")
+
+    wait = parallel.background(job)
+    for _ in range(3):
+        with pytest.raises(KeyError, match="once"):
+            wait()
+    assert runs == [1]
+    gate.set()
+    for b in blockers:
+        b()
+    assert parallel.drain(timeout=5)

@@ -12,7 +12,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 from coordinator import faults
 
@@ -28,7 +28,7 @@ MAX_BACKGROUND = 16
 _pools: dict[str, ThreadPoolExecutor] = {}
 _pool_lock = threading.Lock()
 _role = threading.local()
-#: Background jobs submitted and not finished yet (see :func:`drain`).
+#: Jobs of :func:`background` and :func:`start` submitted and not finished yet (see :func:`drain`).
 _in_flight = 0
 _idle = threading.Condition()
 
@@ -97,9 +97,9 @@ def background(fn: Callable[[], R]) -> Callable[[], R]:
 
 
 def drain(timeout: float | None = None) -> bool:
-    """Wait until no background job (started by :func:`background` from any thread) is running or queued, for
-    at most ``timeout`` seconds (None: no limit): a tool about to exit, or a test about to judge the store, waits
-    for the derived work in flight. Returns whether the pool went idle."""
+    """Wait until no job started by :func:`background` or :func:`start` (from any thread) is running or queued,
+    for at most ``timeout`` seconds (None: no limit): a tool about to exit, or a test about to judge the store,
+    waits for the work in flight. Returns whether the pools went idle."""
     with _idle:
         return _idle.wait_for(lambda: _in_flight == 0, timeout)
 
@@ -125,21 +125,30 @@ def _submit(kind: str, fn: Callable[[], R]) -> Callable[[], R]:
             return fail
         return lambda: value
     injector = faults.current()
-    counted = kind == "bg"
 
     def run() -> R:  # runs once: in the pool, or in the waiter when the pool had not started it
         try:
             with faults.injected(injector):
                 return fn()
         finally:
-            if counted:
-                _count(-1)
+            _count(-1)
 
-    if counted:
-        _count(1)
+    _count(1)
     future = _executor(kind).submit(run)
+    lock = threading.Lock()
+    outcome: list[tuple[bool, Any]] = []  # (ok, value or exception), once known
 
     def wait() -> R:
-        return run() if future.cancel() else future.result()  # not started yet: run it here (see pmap)
+        with lock:  # a waiter may be called again (a caller cleaning up): the job still runs once
+            if not outcome:
+                try:
+                    # not started yet: run it here (see pmap)
+                    outcome.append((True, run() if future.cancel() else future.result()))
+                except BaseException as exc:  # noqa: BLE001 - re-raised below, to every call
+                    outcome.append((False, exc))
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        return cast(R, value)
 
     return wait

@@ -482,13 +482,20 @@ class Producer:
             ident, n = self.identity, self._n
             waits = [parallel.start(lambda: self.coordinator.check_current(ident)),
                      parallel.start(lambda: self.coordinator.open_transaction(ident, n))]
-            ref = stage()
+            errors: list[BaseException] = []
             try:
+                ref = stage()
+            finally:
+                # both requests end before this call does, even when staging failed
                 for wait in waits:
-                    wait()
-            except ProducerFencedError:
-                self._fenced = True
-                raise
+                    try:
+                        wait()
+                    except BaseException as exc:  # noqa: BLE001 - the first is raised below
+                        errors.append(exc)
+            if errors:
+                if isinstance(errors[0], ProducerFencedError):
+                    self._fenced = True
+                raise errors[0]
             self._opened = True
         self._buffers.pop(key, None)
         self._buffered_bytes.pop(key, None)

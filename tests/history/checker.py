@@ -565,6 +565,15 @@ def integrity(h: History) -> list[str]:
     return out
 
 
+def quiescence(h: History) -> list[str]:
+    """The final read is judged against a store nothing else touches: an operation (a maintenance pass a
+    background job fired, say) still running when it started is a fault of the harness, not of the system."""
+    if h.final is None:
+        return []
+    return [f"{o.id} ({o.kind}) ended {(o.end - h.final.start) / 1e6:.1f} ms after the final read started"
+            for o in h.ops if o.end and o.end > h.final.start]
+
+
 RULES: dict[str, Callable[[History], list[str]]] = {
     "duplicate": duplicates,
     "offset-conflict": offset_conflicts,
@@ -580,6 +589,7 @@ RULES: dict[str, Callable[[History], list[str]]] = {
     "unexpected-error": unexpected_errors,
     "reader-write": reader_writes,
     "integrity": integrity,
+    "quiescence": quiescence,
 }
 
 

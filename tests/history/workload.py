@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import random
+import sys
 import threading
 import time
 import traceback
@@ -374,8 +375,7 @@ class Worker:
         # Derived work its processes started in the background (records, checkpoints) carries the injector and
         # may still fire a crash or a maintenance race: it ends before this worker does, and so before the final
         # read, which a maintenance pass with a zero grace period would otherwise race.
-        if not parallel.drain(timeout=120):
-            raise RuntimeError(f"worker {self.spec.wid}: background work still running after 120 s")
+        _drain(f"worker {self.spec.wid}")
         self.result.faults.update(self.plan.counts)
         return self.result
 
@@ -749,7 +749,8 @@ class Worker:
             self.races += 1
             op = MiscOp(f"w{self.spec.wid}.{self.n}.race{self.races}", "maintenance", now(), race=True)
             store = self.plain_store()
-        op.detail = f"{kind} {topic}/{part}" + (f" at {race_at}" if race_at else "")
+        op.detail = f"{kind} {topic}/{part}" + (f" at {race_at} in {threading.current_thread().name}" if race_at
+                                                 else "")
         self.result.ops.append(op)
         exclusive = "gc-merged" in self.spec.avoid and kind in ("compact", "gc", "maintain")
         if exclusive and kind != "compact" and getattr(self._racing, "compacting", False):
@@ -1106,6 +1107,18 @@ def scaled_log_clock() -> Iterator[None]:
         txnlog.RECENT_S, txnlog.MIN_LOG_GRACE_MS = saved
 
 
+def _drain(who: str, timeout: float = 120.0) -> None:
+    """Wait for the pools' jobs to end (:func:`coordinator.parallel.drain`); when they do not, fail with the
+    stacks of the pool threads still busy."""
+    if parallel.drain(timeout=timeout):
+        return
+    frames = sys._current_frames()
+    stacks = [f"--- {t.name}\n" + "".join(traceback.format_stack(frames[t.ident], limit=12))
+              for t in threading.enumerate() if t.name.startswith("txnlog-") and t.ident in frames]
+    stacks = [st for st in stacks if "work_queue.get" not in st]  # idle pool threads
+    raise RuntimeError(f"{who}: jobs still running {timeout:.0f} s after it ended\n" + "\n".join(stacks))
+
+
 def run_worker(spec: WorkerSpec) -> WorkerResult:
     """Run one worker to completion (in this thread or process)."""
     with scaled_log_clock() if multiprocessing.parent_process() is not None else contextlib.nullcontext():
@@ -1234,8 +1247,7 @@ def _run_history(params: HistoryParams) -> History:
                 raise s
             assert s is not None
             results.append(s)
-    if not parallel.drain(timeout=120):
-        raise RuntimeError("background work still running 120 s after the workers ended")
+    _drain("the history")
     h = History(params.seed, params.describe(), ctp=(GROUP, SRC, DST) if params.ctp else None)
     for r in results:
         h.ops += r.ops
