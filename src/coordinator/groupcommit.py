@@ -230,6 +230,11 @@ class GroupCommit:
             else:
                 time.sleep(random.uniform(0, min(0.2, 0.002 * 2 ** min(attempt, 10))))
 
+    def _served(self, seq: int) -> bool:
+        """Whether entry ``seq`` (read) decided several requests: its writer is serving the queue."""
+        entry = self._recent.get(seq)
+        return entry is not None and len({i.request for i in entry.items}) > 1
+
     def _learn(self, req: Request) -> tuple[bool, Outcome | None]:
         """After an ambiguous write: read the log (a few tries). Returns (whether the log could be read, the
         outcome of ``req`` if it was decided)."""
@@ -291,17 +296,21 @@ class GroupCommit:
         records are waited for before returning."""
         until = time.monotonic() + SERVE_S
         empty = lost = 0
-        listing = parallel.start(lambda: self.store.list(TXN_INTENTS))
+        with self._lock:
+            listing = self._prefetch()
         try:
             while time.monotonic() < until:
                 try:
-                    names = listing()
+                    names, fetched = listing()
                     with self._lock:
+                        self._intents.update(fetched)
                         if lost:
                             # the entry that won the race: listed, not asked for by name, so a view that fell far
                             # behind while serving jumps to the newest checkpoint instead of reusing a number
                             self._list_forward()
                             self._refreshed = time.monotonic()
+                            if self._served(self.state.seq):
+                                return  # another writer serves the queue now: two would only race each other
                         others = self._waiting(names, "")
                         # committers decided by the last entry come back with their next commit soon: a queue
                         # that is empty for a moment is looked at a few more times before serving stops
@@ -310,7 +319,7 @@ class GroupCommit:
                             return
                         # An intent listed now but decided by the entry created below is filtered out next round
                         # (it is decided in the state by then); one written later is in the next listing.
-                        listing = parallel.start(lambda: self.store.list(TXN_INTENTS))
+                        listing = self._prefetch()
                         won = self._append(others) if others else None
                     if not others:
                         time.sleep(POLL_S)
@@ -337,8 +346,21 @@ class GroupCommit:
             self._finish_listing(listing)
             self._join(pending)
 
+    def _prefetch(self) -> Callable[[], tuple[list[str], dict[str, Request]]]:
+        """Start listing ``_txn/intents/`` and reading the intents in it that are new to this process (caller
+        holds the lock), in the background, so a serving writer has the next round's intents in hand when the entry
+        it is creating meanwhile returns. Returns a function waiting for ``(names, intents read)``."""
+        known, st = set(self._intents), self.state
+
+        def run() -> tuple[list[str], dict[str, Request]]:
+            names = self.store.list(TXN_INTENTS)
+            new = [rid for rid in self._undecided(names, "", st) if rid not in known][:MAX_INTENTS_PER_ENTRY]
+            return names, {rid: r for rid, r in parallel.pmap(self._fetch_intent, new) if r is not None}
+
+        return parallel.background(run)
+
     @staticmethod
-    def _finish_listing(listing: Callable[[], list[str]]) -> None:
+    def _finish_listing(listing: Callable[[], object]) -> None:
         """Wait for a listing started ahead that is no longer needed (no request is left running behind)."""
         try:
             listing()
@@ -388,9 +410,10 @@ class GroupCommit:
             self._intents.pop(rid, None)
         return entry, decided
 
-    def _undecided(self, names: list[str], own: str) -> list[str]:
-        """The intent ids among ``names`` (a listing of ``_txn/intents/``) not known to be decided, by name."""
-        st = self.state
+    def _undecided(self, names: list[str], own: str, st: CoordinatorState | None = None) -> list[str]:
+        """The intent ids among ``names`` (a listing of ``_txn/intents/``) not known to be decided, by name (in
+        ``st``, by default the current state)."""
+        st = self.state if st is None else st
         ids = []
         for name in names:
             if not name.endswith(".json"):
