@@ -62,6 +62,12 @@ def test_memory_histories_have_no_anomalies(chunk: int) -> None:
     assert all(summary.by_kind[k] for k in FAULT_KINDS), summary.line()  # every kind of fault took part
 
 
+def test_histories_of_many_concurrent_committers_have_no_anomalies() -> None:
+    """Eight workers committing at once: group commit (intents decided by whichever writer wins the next entry,
+    a writer serving the queue) and concurrent markers under every fault kind."""
+    _assert_clean(run(50_000, 6, "memory", steps=20, workers=8))
+
+
 def test_local_disk_histories_have_no_anomalies(tmp_path: Path) -> None:
     n = iter(range(100))
     _assert_clean(run(20_000, 5, steps=15, factory=lambda seed: (f"file://{tmp_path}/h{seed}-{next(n)}", {})))
@@ -104,6 +110,7 @@ def test_long_run_has_no_anomalies(tmp_path: Path) -> None:
     _assert_clean(run(100_000, 200, "memory", 0.05, steps=40))
     _assert_clean(run(200_000, 30, factory=lambda seed: (f"file://{tmp_path}/l{seed}", {})))
     _assert_clean(run(300_000, 6, processes=True, factory=lambda seed: (f"file://{tmp_path}/p{seed}", {})))
+    _assert_clean(run(400_000, 30, "memory", 0.05, steps=30, workers=8))
 
 
 def test_command_line_prints_one_summary_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,7 +1,7 @@
 """Run generated histories and check them.
 
     python tests/history/run.py --seed S --histories N [--store memory|local|s3] [--fault-rate R]
-                                [--processes] [--steps K] [--avoid DEFECT ...] [--time]
+                                [--processes] [--steps K] [--workers W] [--avoid DEFECT ...] [--time]
 
 Prints one summary line ``histories=N operations=M faults=F anomalies=A faults_by_kind=crash:..,error:..,...``,
 then one line per anomaly with the seed that reproduces it (history ``i`` uses seed ``S + i``), and exits 1 when
@@ -178,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--processes", action="store_true", help="run each history's workers as separate processes "
                     "(local store only)")
     ap.add_argument("--steps", type=int, default=None, help="steps per worker (default: drawn from the seed)")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="concurrent workers per history (default: drawn from the seed, 1-3)")
     ap.add_argument("--time", action="store_true", help="append the runtime to the summary line")
     ap.add_argument("--dump", metavar="DIR", help="write every history with anomalies to DIR as JSON")
     ap.add_argument("--avoid", nargs="+", default=[], choices=[*sorted(KNOWN_DEFECTS), "all"], metavar="DEFECT",
@@ -189,8 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.processes and args.store == "memory":
         ap.error("--processes needs a store shared between processes: --store local or s3")
     avoid = frozenset(KNOWN_DEFECTS) if "all" in args.avoid else frozenset(args.avoid)
+    fixed = {} if args.workers is None else {"workers": args.workers}
     summary = run(args.seed, args.histories, args.store, args.fault_rate, processes=args.processes,
-                  steps=args.steps, avoid=avoid, dump=args.dump)
+                  steps=args.steps, avoid=avoid, dump=args.dump, **fixed)
     print(summary.line() + (f" seconds={summary.seconds:.1f}" if args.time else ""))
     for line in summary.details():
         print(line)
