@@ -39,7 +39,7 @@ from coordinator import (
 )
 from coordinator import inspect as ti
 from coordinator.faults import InjectedCrash
-from coordinator.layout import txn_log_path
+from coordinator.layout import LAST_CHECKPOINT, txn_checkpoint_path, txn_log_path
 from core_helpers import LostReplyStore
 from history.checker import FAILED, OK, RULES, UNKNOWN, History, MiscOp, ReadOp, TxnOp, check
 from history.run import FAULT_KINDS, Summary, main, run
@@ -1010,3 +1010,37 @@ def test_an_interrupted_log_truncation_leaves_nothing_that_readers_or_verify_tri
     last = busy.coordinator.log.state.seq
     store.delete(txn_log_path(last - 1))
     assert [p.kind for p in ti.verify(store)] == ["gap"]
+
+
+def test_a_reader_behind_a_truncation_jumps_even_when_the_last_checkpoint_pointer_went_back() -> None:
+    """Found by the histories (eight workers, seed 410140): ``_txn/checkpoint/_last.json`` is a plain put, so a
+    slow checkpoint writer can put an older state there after a newer one was written and the log truncated
+    below it. A reader behind the truncation then found a gap, asked the pointer for a checkpoint, got one older
+    than its own view and failed ("transaction log has a gap ... no checkpoint covers them"). It now falls back
+    to the newest numbered checkpoint."""
+    url = _lake("pointer")
+    behind = TransactionCoordinator(open_store(url), checkpoint_interval=0)
+    busy = Producer(open_store(url), "busy", coordinator=TransactionCoordinator(open_store(url), checkpoint_interval=4))
+    busy.init_transactions()
+    for i in range(6):
+        with busy.transaction():
+            busy.send("t", [{"v": f"b{i}"}])
+    busy.coordinator.log.flush()
+    store = open_store(url)
+    old_pointer = store.get(LAST_CHECKPOINT)  # what a slow checkpoint writer still holds
+    assert behind.log.refresh().seq == busy.coordinator.log.state.seq
+    for i in range(6, 40):
+        with busy.transaction():
+            busy.send("t", [{"v": f"b{i}"}])
+    busy.coordinator.log.flush()
+    assert busy.coordinator.log.truncate(grace_ms=txnlog.MIN_LOG_GRACE_MS, now=time.time() + 3600) > 0
+    assert not store.exists(txn_log_path(behind.log.state.seq + 1))
+    newest = max(n for n in store.list("_txn/checkpoint") if n[0].isdigit())
+    assert store.exists(txn_checkpoint_path(int(newest.split(".")[0])))
+    store.put(LAST_CHECKPOINT, old_pointer)  # the slow writer's put lands last
+    behind.log._refreshed = -1e9  # its view is older than the truncation: it lists the log
+    assert behind.log.refresh().seq == busy.coordinator.log.state.seq
+    fresh = TransactionCoordinator(open_store(url))  # a new process starts from the old pointer and reads on
+    assert fresh.log.state.seq == busy.coordinator.log.state.seq
+    assert _values(url) == sorted(f"b{i}" for i in range(40))
+    assert ti.verify(store) == []

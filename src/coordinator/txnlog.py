@@ -143,15 +143,20 @@ class TransactionLog(GroupCommit, LogCheckpoints):
         """The state of the newest coordinator checkpoint in the store (None: there is none)."""
         return self._read_last_checkpoint()
 
-    def _read_last_checkpoint(self) -> CoordinatorState | None:
-        """The newest checkpoint: ``_last.json``, or the newest numbered one that decodes."""
+    def _read_last_checkpoint(self, above: int = -1) -> CoordinatorState | None:
+        """The newest checkpoint: ``_last.json``, or the newest numbered one that decodes; None when neither
+        is newer than entry ``above``. ``_last.json`` is a plain put that a slow writer may have put back to an
+        older state, so a caller that needs one newer than its view (it found the entries after its view
+        truncated) looks at the numbered ones too."""
         try:
-            return self._decode_checkpoint(self.store.get(LAST_CHECKPOINT), LAST_CHECKPOINT)
+            ck = self._decode_checkpoint(self.store.get(LAST_CHECKPOINT), LAST_CHECKPOINT)
+            if ck.seq > above:
+                return ck
         except FileNotFoundError:
             pass
         except CorruptLogError as exc:
             log.warning("%s", exc)
-        names = [n for n in self.store.list(TXN_CHECKPOINT) if parse_seq(n) is not None]
+        names = [n for n in self.store.list(TXN_CHECKPOINT) if (q := parse_seq(n)) is not None and q > above]
         for name in reversed(names):
             where = f"{TXN_CHECKPOINT}/{name}"
             try:
@@ -248,7 +253,7 @@ class TransactionLog(GroupCommit, LogCheckpoints):
                     return
 
     def _jump(self) -> bool:
-        ck = self._read_last_checkpoint()
+        ck = self._read_last_checkpoint(above=self.state.seq)
         if ck is None or ck.seq <= self.state.seq:
             return False
         self._reset(ck)
