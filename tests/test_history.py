@@ -980,6 +980,20 @@ def test_gc_never_deletes_a_compaction_output_that_will_still_be_published() -> 
     assert _values(url) == ["x0", "x1", "x2"]
 
 
+def _busy(url: str, values: range, producer: Producer | None = None) -> Producer:
+    """Commit one value per transaction (``b<i>`` for each ``i`` in ``values``) with producer ``busy``, which
+    checkpoints every 4 entries (a new one unless ``producer`` is given); checkpoints written before returning."""
+    if producer is None:
+        producer = Producer(open_store(url), "busy",
+                            coordinator=TransactionCoordinator(open_store(url), checkpoint_interval=4))
+        producer.init_transactions()
+    for i in values:
+        with producer.transaction():
+            producer.send("t", [{"v": f"b{i}"}])
+    producer.coordinator.log.flush()
+    return producer
+
+
 def test_an_interrupted_log_truncation_leaves_nothing_that_readers_or_verify_trip_on() -> None:
     """Found by the histories (8 workers, delete errors injected at every store call): a truncation whose delete
     of one old entry failed left that entry below the retained checkpoint, and ``verify`` reported the log as
@@ -989,12 +1003,7 @@ def test_an_interrupted_log_truncation_leaves_nothing_that_readers_or_verify_tri
     url = _lake("leftover")
     stale = TransactionCoordinator(open_store(url), checkpoint_interval=0)
     stale.log.refresh()
-    busy = Producer(open_store(url), "busy", coordinator=TransactionCoordinator(open_store(url), checkpoint_interval=4))
-    busy.init_transactions()
-    for i in range(40):
-        with busy.transaction():
-            busy.send("t", [{"v": f"b{i}"}])
-    busy.coordinator.log.flush()
+    busy = _busy(url, range(40))
     store = open_store(url)
     assert stale.log.state.seq == -1
     left = txn_log_path(0)  # the entry the stale view reads next
@@ -1020,19 +1029,11 @@ def test_a_reader_behind_a_truncation_jumps_even_when_the_last_checkpoint_pointe
     to the newest numbered checkpoint."""
     url = _lake("pointer")
     behind = TransactionCoordinator(open_store(url), checkpoint_interval=0)
-    busy = Producer(open_store(url), "busy", coordinator=TransactionCoordinator(open_store(url), checkpoint_interval=4))
-    busy.init_transactions()
-    for i in range(6):
-        with busy.transaction():
-            busy.send("t", [{"v": f"b{i}"}])
-    busy.coordinator.log.flush()
+    busy = _busy(url, range(6))
     store = open_store(url)
     old_pointer = store.get(LAST_CHECKPOINT)  # what a slow checkpoint writer still holds
     assert behind.log.refresh().seq == busy.coordinator.log.state.seq
-    for i in range(6, 40):
-        with busy.transaction():
-            busy.send("t", [{"v": f"b{i}"}])
-    busy.coordinator.log.flush()
+    _busy(url, range(6, 40), busy)
     assert busy.coordinator.log.truncate(grace_ms=txnlog.MIN_LOG_GRACE_MS, now=time.time() + 3600) > 0
     assert not store.exists(txn_log_path(behind.log.state.seq + 1))
     newest = max(n for n in store.list("_txn/checkpoint") if n[0].isdigit())
