@@ -222,11 +222,10 @@ class TransactionLog(GroupCommit, LogCheckpoints):
         jumped = False
         while True:
             after = seq_name(self.state.seq) if self.state.seq >= 0 else None
-            names = [n for n in self.store.list(TXN_LOG, start_after=after, limit=self.jump + 1)
-                     if parse_seq(n) is not None]
-            if not names:
+            seqs = [q for n in self.store.list(TXN_LOG, start_after=after, limit=self.jump + 1)
+                    if (q := parse_seq(n)) is not None]
+            if not seqs:
                 return
-            seqs = [parse_seq(n) or 0 for n in names]
             # entries that do not follow on are below a checkpoint (left by an interrupted truncation)
             dense = next((i for i, (a, b) in enumerate(itertools.pairwise(seqs), 1) if b != a + 1), len(seqs))
             if seqs[0] != self.state.seq + 1 or dense < len(seqs) or len(seqs) > self.jump:
