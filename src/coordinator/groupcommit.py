@@ -350,7 +350,8 @@ class GroupCommit:
         """Start listing ``_txn/intents/`` and reading the intents in it that are new to this process (caller
         holds the lock), in the background, so a serving writer has the next round's intents in hand when the entry
         it is creating meanwhile returns. Returns a function waiting for ``(names, intents read)``."""
-        known, st = set(self._intents), self.state
+        # a copy: another thread of this process may apply entries to the current state while this runs
+        known, st = set(self._intents), self.state.copy()
 
         def run() -> tuple[list[str], dict[str, Request]]:
             names = self.store.list(TXN_INTENTS)
