@@ -43,6 +43,7 @@ from coordinator.layout import LAST_CHECKPOINT, txn_checkpoint_path, txn_log_pat
 from core_helpers import LostReplyStore
 from history.checker import FAILED, OK, RULES, UNKNOWN, History, MiscOp, ReadOp, TxnOp, check
 from history.run import FAULT_KINDS, Summary, main, run
+from history.stores import FaultPlan
 from history.workload import params_for, run_history
 from s3_lake import S3Lake
 
@@ -1045,3 +1046,16 @@ def test_a_reader_behind_a_truncation_jumps_even_when_the_last_checkpoint_pointe
     assert fresh.log.state.seq == busy.coordinator.log.state.seq
     assert _values(url) == sorted(f"b{i}" for i in range(40))
     assert ti.verify(store) == []
+
+
+def test_a_fault_free_window_stays_fault_free_when_another_threads_window_closes_inside_it() -> None:
+    """Found by the long run (seed 100130): a zombie run from a background job's protocol point opened its
+    fault-free window while the worker's own window was open; the worker's window closed first and restored
+    "faults on" in the middle of the zombie's, whose commit then met an injected store error."""
+    plan = FaultPlan(1, 0, error_rate=1.0)
+    worker_window = plan.suspended()
+    worker_window.__enter__()
+    with plan.suspended():  # the zombie's window, opened second
+        worker_window.__exit__(None, None, None)  # the worker's closes first
+        assert not plan.enabled
+    assert plan.enabled

@@ -21,7 +21,8 @@ import hashlib
 import re
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from coordinator import CommitStateUnknownError, Store, StoreError
 from coordinator.store import ObjectInfo
@@ -45,10 +46,27 @@ class FaultPlan:
         self.crash_rate, self.error_rate = crash_rate, error_rate
         self.lost_reply_rate, self.race_rate = lost_reply_rate, race_rate
         self.counts: Counter[str] = Counter()
-        self.enabled = True
+        self._suspended = 0
         self._op = 0
         self._seen: Counter[tuple[str, str]] = Counter()
         self._lock = threading.Lock()
+
+    @property
+    def enabled(self) -> bool:
+        """Whether faults are drawn now: not while any thread of the worker is inside :meth:`suspended`."""
+        return self._suspended == 0
+
+    @contextmanager
+    def suspended(self) -> Iterator[None]:
+        """No faults until every thread that entered has left (a count, not a saved flag: a fault-free window
+        that a background thread opens while another thread's window closes stays fault-free)."""
+        with self._lock:
+            self._suspended += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._suspended -= 1
 
     def begin_op(self, n: int) -> None:
         """Decisions from now on belong to operation ``n``."""

@@ -320,14 +320,8 @@ class Worker:
             finally:
                 self._racing.on = False
 
-    @contextmanager
-    def no_faults(self) -> Iterator[None]:
-        old = self.plan.enabled
-        self.plan.enabled = False
-        try:
-            yield
-        finally:
-            self.plan.enabled = old
+    def no_faults(self) -> contextlib.AbstractContextManager[None]:
+        return self.plan.suspended()
 
     def start(self, tid: str, gen: int) -> None:
         """Start a fresh process for ``tid`` and initialise it (a failed init is another fresh process)."""
