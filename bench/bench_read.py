@@ -9,8 +9,9 @@
   time, and the row groups that read decodes, against Spark's Parquet reader reading the same 1,000 rows of the
   same file.
 
-Every variant runs once per round, in turn, so a machine that slows down slows all of them; the figures are the
-medians over the rounds of wall time and of CPU time (Spark's JVM and Python workers, and this process).
+Every variant runs once per round, so a machine that slows down slows all of them, in an order shuffled for each
+round (seeded), so that no variant always runs after the same one; the figures are the medians over the rounds of
+wall time and of CPU time (Spark's JVM and Python workers, and this process).
 
     python bench/bench_read.py [--rows 10000000] [--partitions 8] [--rounds 5]
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import random
 import shutil
 import statistics
 import sys
@@ -68,13 +70,18 @@ def cpu_seconds(root: int) -> float:
 
 
 def rounds(spark: Any, variants: dict[str, Callable[[], Any]], n: int) -> dict[str, tuple[float, float]]:
-    """Run every variant once per round, in turn; (median wall s, median CPU s) of each."""
+    """Run every variant once per round, in an order shuffled for each round (seeded: the same in every run), so
+    that what one variant leaves behind, such as garbage in the JVM's heap, does not always weigh on the same next
+    one; (median wall s, median CPU s) of each."""
     jvm = spark.sparkContext._gateway.proc.pid
     got: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in variants}
     for fn in variants.values():  # warm-up: class loading, code generation, file cache
         fn()
+    shuffle = random.Random(20261122).shuffle
     for _ in range(n):
-        for name, fn in variants.items():
+        order = list(variants.items())
+        shuffle(order)
+        for name, fn in order:
             c0, t0 = cpu_seconds(jvm), time.perf_counter()
             fn()
             got[name][0].append(time.perf_counter() - t0)

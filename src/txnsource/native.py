@@ -5,8 +5,9 @@ vectorised in the JVM, prunes columns and row groups, and costs no Python worker
 committed, transaction-consistent snapshot on the driver into segment files and row ranges, and builds Parquet scans
 of them (one per topic, unless it has many files), the metadata columns computed from Spark's own file metadata:
 
-* per-file values are picked by a balanced tree of comparisons on ``_metadata.file_size``, unique among a scan's
-  files (files of equal size go to separate scans) and checked against the commit records when the scan is built;
+* per-file values are picked by a balanced tree of comparisons on ``_metadata.file_size`` (checked against the
+  commit records when the scan is built); files of equal size are told apart by ``_metadata.file_name``, compared
+  only for their rows;
 * ``_topic`` is a literal of the scan, ``_partition`` the file's partition (a filter on it only refers to the file
   size, so Spark prunes files with it);
 * ``_offset`` is the file's first offset plus ``_metadata.row_index``, ``_timestamp`` the commit time of the file
@@ -37,7 +38,7 @@ from __future__ import annotations
 import logging
 import posixpath
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -88,7 +89,7 @@ class NativeFile:
 
 @dataclass(frozen=True)
 class NativeScan:
-    """One Parquet scan: files of one topic with distinct sizes.
+    """One Parquet scan: files of one topic, each told apart from the others by its size or its name.
 
     Attributes:
         topic: the topic the files belong to.
@@ -195,7 +196,7 @@ def check_types(metas: Sequence[TopicMeta]) -> None:
                 plain = False
             if not (plain or (pa.types.is_timestamp(t) and t.unit in ("ms", "us"))):
                 raise NativeUnavailable(f"column {f.name!r} of topic {meta.name!r} is {t}")
-            if f.name.lower() in seen or f.name == "_metadata" or f.name in INTERNAL:
+            if f.name.lower() in seen or f.name.lower() in ("_metadata", ROW_COLUMN):
                 raise NativeUnavailable(f"column {f.name!r} of topic {meta.name!r} clashes with "
                                         f"{seen.get(f.name.lower(), f.name)!r} in Spark's Parquet reader")
             seen[f.name.lower()] = f.name
@@ -207,8 +208,8 @@ def _file(root: str, partition: int, seg: Any, skip: int, rows: int) -> NativeFi
 
 
 def plan_scans(store: Store, opts: ReadOptions, root: str) -> list[NativeScan]:
-    """Take the snapshot and resolve it into scans: per topic, files of distinct sizes, at most
-    :data:`MAX_SCAN_FILES` each.
+    """Take the snapshot and resolve it into scans: per topic, at most :data:`MAX_SCAN_FILES` files each, any
+    two of them of different sizes or different names (:func:`_apart`).
 
     Raises:
         NativeUnavailable: ``read_uncommitted``, ``maxRecordsPerPartition``, or an Arrow IPC segment.
@@ -228,7 +229,7 @@ def plan_scans(store: Store, opts: ReadOptions, root: str) -> list[NativeScan]:
                                 "does (Spark's Parquet scan splits by bytes)")
     coord = TransactionCoordinator(store)
     snap = take_snapshot(coord, opts)
-    groups: dict[str, list[list[NativeFile]]] = {}
+    groups: dict[str, list[_Group]] = {}
     listed: dict[str, list[str]] = {}
     for (topic, p), (start, end) in sorted(batch_ranges(opts, snap, coord).items()):
         if end <= start:
@@ -251,15 +252,43 @@ def plan_scans(store: Store, opts: ReadOptions, root: str) -> list[NativeScan]:
                 raise CorruptLogError(f"segment {seg.path} is truncated or damaged: {sizes[seg.path]} bytes, "
                                       f"expected {seg.size}")
             f = _file(root, p, seg, sl.skip, sl.rows)
-            home = next((g for g in scans if len(g) < MAX_SCAN_FILES and all(o.size != f.size for o in g)), None)
+            home = next((g for g in scans if g.fits(f)), None)
             if home is None:
-                scans.append([f])
-            else:
-                home.append(f)
-    return [_scan(topic, g, listed) for topic in opts.topics for g in groups.get(topic, [])]
+                home = _Group()
+                scans.append(home)
+            home.add(f)
+    return [_scan(topic, g.files, listed) for topic in opts.topics for g in groups.get(topic, [])]
 
 
-_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+#: File names that are literal in a Hadoop glob and that Spark's ``_metadata.file_name`` gives as they are (it
+#: percent-encodes others). Segment names are made of these characters.
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._~-]*")
+
+
+def _name(f: NativeFile) -> str:
+    return posixpath.basename(f.url)
+
+
+def _apart(a: NativeFile, b: NativeFile) -> bool:
+    """Whether one scan's lookups can tell ``a`` and ``b`` apart: by size, else by a name Spark gives as is."""
+    if a.size != b.size:
+        return True
+    return _name(a) != _name(b) and all(_PLAIN_NAME.fullmatch(_name(f)) for f in (a, b))
+
+
+class _Group:
+    """The files of one scan being planned, indexed by size (:func:`_apart` without comparing every pair)."""
+
+    def __init__(self) -> None:
+        self.files: list[NativeFile] = []
+        self.by_size: dict[int, list[NativeFile]] = {}
+
+    def fits(self, f: NativeFile) -> bool:
+        return len(self.files) < MAX_SCAN_FILES and all(_apart(o, f) for o in self.by_size.get(f.size, ()))
+
+    def add(self, f: NativeFile) -> None:
+        self.files.append(f)
+        self.by_size.setdefault(f.size, []).append(f)
 
 
 def _scan(topic: str, files: Sequence[NativeFile], listed: Mapping[str, Sequence[str]]) -> NativeScan:
@@ -277,10 +306,14 @@ def _scan(topic: str, files: Sequence[NativeFile], listed: Mapping[str, Sequence
 # -- the DataFrame --------------------------------------------------------------------------------------------
 
 
-#: The file size and row index under names of their own (a tree of comparisons on a plain column analyses
-#: faster than one on a metadata field), and the per-file values the lookup picks.
-SIZE, ROW, INFO = "__txnlog_file_size", "__txnlog_row_index", "__txnlog_file_info"
-INTERNAL = (SIZE, ROW, INFO)
+#: The file metadata the per-file lookups compare: the size, and for files of equal size the name.
+SIZE, NAME = "_metadata.file_size", "_metadata.file_name"
+#: The column Spark's Parquet reader fills with each row's index in its file when the read schema names it (what
+#: ``_metadata.row_index`` reads, without the per-row struct of metadata fields that ``_metadata`` costs).
+ROW_COLUMN = "_tmp_metadata_row_index"
+#: The row index, failing the query instead of reading null should a Spark version stop filling the column.
+ROW = (f"coalesce({ROW_COLUMN}, raise_error('txnlog: Spark did not fill {ROW_COLUMN}; read with "
+       f"readPath=python'), 0L)")
 
 
 def _tree(key: str, bounds: Sequence[int], leaves: Sequence[str]) -> str:
@@ -323,20 +356,41 @@ def _quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def scan_sql(scan: NativeScan) -> tuple[str | None, str]:
-    """SQL of one scan's row filter (None when every file is read whole) and of the struct of per-file values
-    (``p``: partition, ``b``: first offset, ``t``: commit time in microseconds), over :data:`SIZE` and
-    :data:`ROW`. One lookup gives all three values: Spark analyses one tree and evaluates it once per row."""
-    partial = {f.size for f in scan.files if f.lo > 0 or f.hi < f.rows}
+def file_lookup(files: Sequence[NativeFile], value: Callable[[NativeFile], str]) -> str:
+    """SQL for ``value(f)`` of the file ``f`` a row comes from: :func:`lookup` on :data:`SIZE`, and among files
+    of equal size (distinct names, :func:`_apart`) a comparison of :data:`NAME`."""
+    by_size: dict[int, list[NativeFile]] = {}
+    for f in files:
+        by_size.setdefault(f.size, []).append(f)
+    pairs = []
+    for size, same in by_size.items():
+        values = [value(f) for f in same]
+        leaf = values[-1]
+        if len(set(values)) > 1:
+            whens = " ".join(f"WHEN {NAME} = '{_name(f)}' THEN {v}"
+                             for f, v in zip(same[:-1], values[:-1], strict=True))
+            leaf = f"CASE {whens} ELSE {leaf} END"
+        pairs.append((size, leaf))
+    return lookup(SIZE, pairs)
+
+
+def scan_sql(scan: NativeScan) -> tuple[str | None, str, str, str]:
+    """SQL over the file metadata and :data:`ROW` of one scan's row filter (None when every file is read whole) and of
+    the per-file values: the partition, the first offset and the commit time in microseconds (a file's own run
+    lookup when compaction merged several transactions into it).
+
+    Three plain lookups, not one struct of the three: a struct per row costs an allocation per row, a tree of
+    comparisons on a constant column does not.
+    """
     keep = None
-    if partial:
-        keep = lookup(SIZE, [(f.size, f"({ROW} >= {f.lo}L AND {ROW} < {f.hi}L)" if f.size in partial else "true")
-                             for f in scan.files])
-    info = []
-    for f in scan.files:
-        ts = f"{f.runs[0][1]}L" if len(f.runs) == 1 else lookup(ROW, [(first, f"{t}L") for first, t in f.runs])
-        info.append((f.size, f"named_struct('p', {f.partition}, 'b', {f.base_offset}L, 't', {ts})"))
-    return keep, lookup(SIZE, info)
+    if any(f.lo > 0 or f.hi < f.rows for f in scan.files):
+        keep = file_lookup(scan.files, lambda f: f"({ROW} >= {f.lo}L AND {ROW} < {f.hi}L)"
+                           if f.lo > 0 or f.hi < f.rows else "true")
+    part = file_lookup(scan.files, lambda f: str(f.partition))
+    base = file_lookup(scan.files, lambda f: f"{f.base_offset}L")
+    stamp = file_lookup(scan.files, lambda f: f"{f.runs[0][1]}L" if len(f.runs) == 1
+                        else lookup(ROW, [(first, f"{t}L") for first, t in f.runs]))
+    return keep, part, base, stamp
 
 
 def _nullable(sql: str) -> str:
@@ -354,35 +408,30 @@ def scan_frame(spark: SparkSession, scan: NativeScan, schema: StructType, full: 
     wanted = set(schema.names)
     stored = (*topic_columns, PRODUCER_TS)
     data = [f for f in full.fields if f.name in stored and f.name in wanted]
-    reader = spark.read.schema(T.StructType([T.StructField(f.name, f.dataType, True) for f in data]))
+    keep, part, base, stamp = scan_sql(scan)
+    fields = [T.StructField(f.name, f.dataType, True) for f in data]
+    if keep is not None or wanted & {"_offset", "_timestamp"}:
+        fields.append(T.StructField(ROW_COLUMN, T.LongType(), True))
+    reader = spark.read.schema(T.StructType(fields))
     for k, v in fs_options.items():
         reader = reader.option(k, v)
     if scan.glob is not None:
         reader = reader.option("pathGlobFilter", scan.glob)
-    keep, info = scan_sql(scan)
-    with_info = bool(wanted & {"_partition", "_offset", "_timestamp"})
-    meta = []
-    if with_info or keep is not None:
-        meta = [f"_metadata.file_size AS {SIZE}", f"_metadata.row_index AS {ROW}"]
-    # SQL text throughout: one call per step, where column objects would cost a round trip each
+    # SQL text, one call per step: column objects would cost a JVM round trip each, and every step an analysis
     df = reader.parquet(*scan.paths)
-    if data or meta:
-        df = df.selectExpr(*[_quoted(f.name) for f in data], *meta)
     if keep is not None:
         df = df.where(keep)
-    if with_info:
-        df = df.selectExpr("*", f"{info} AS {INFO}")
     cols: list[str] = []
     for field in schema.fields:
         name, source = field.name, full[field.name]
         if name == "_topic":
             col = f"'{scan.topic}'"
         elif name == "_partition":
-            col = f"{INFO}.p"
+            col = part
         elif name == "_offset":
-            col = f"{INFO}.b + {ROW}"
+            col = f"{base} + {ROW}"
         elif name == "_timestamp":
-            col = f"timestamp_micros({INFO}.t)"
+            col = f"timestamp_micros({stamp})"
         elif name == PRODUCER_TS:
             col = _quoted(name)
         elif name not in topic_columns:

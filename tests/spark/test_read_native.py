@@ -139,17 +139,32 @@ def test_column_types_and_nullability(spark: Any, lake: str) -> None:
     assert [f.nullable for f in nat.schema.fields][:4] == [False, True, True, False]
 
 
-def test_files_of_equal_size_go_to_separate_scans(spark: Any, lake: str) -> None:
+def test_files_of_equal_size_share_a_scan_told_apart_by_name(spark: Any, lake: str) -> None:
     create_topic(open_store(lake), "twins", SCHEMA, partitions=1)
     produce(lake, "twins", [rows(10, 5), rows(20, 5), rows(30, 5)])
     sizes = [s.size for s in TransactionCoordinator(open_store(lake)).partition("twins", 0).segments]
     assert len(set(sizes)) == 1
     opts = parse_options({"path": lake, "topic": "twins"}, streaming=False)
-    assert len(plan_scans(open_store(lake), opts, spark_root(opts))) == 3
-    nat = same_as_python(spark, lake, topic="twins")
-    assert sorted((r.id, r._offset) for r in nat.collect()) == [(i, (i // 10 - 1) * 5 + i % 10)
-                                                                  for i in (*range(10, 15), *range(20, 25),
-                                                                            *range(30, 35))]
+    (scan,) = plan_scans(open_store(lake), opts, spark_root(opts))
+    assert scan.paths == (f"{spark_root(opts)}/{data_dir('twins', 0)}",) and scan.glob is not None  # one listing
+    expect = [(i, (i // 10 - 1) * 5 + i % 10) for i in (*range(10, 15), *range(20, 25), *range(30, 35))]
+    for lo, hi in ((0, 15), (7, 12)):
+        nat = same_as_python(spark, lake, topic="twins", startingOffsets={"twins": {"0": lo}},
+                             endingOffsets={"twins": {"0": hi}})
+        assert "file_name" in str(nat._jdf.queryExecution().executedPlan().toString())
+        assert sorted((r.id, r._offset) for r in nat.collect()) == [e for e in expect if lo <= e[1] < hi]
+
+
+def test_files_spark_names_otherwise_and_of_equal_size_go_to_separate_scans() -> None:
+    from txnsource.native import NativeFile, _apart
+
+    def f(name: str, size: int = 100) -> NativeFile:
+        return NativeFile(0, f"file:/lake/topics/t/0/data/{name}", size, 0, 0, 1, 1, ((0, 0),))
+
+    assert _apart(f("a~1.parquet"), f("a~2.parquet"))
+    assert _apart(f("a~1.parquet", 100), f("a~1.parquet", 101))
+    assert not _apart(f("a~1.parquet"), f("a~1.parquet"))
+    assert not _apart(f("a 1.parquet"), f("a~2.parquet"))  # Spark percent-encodes the space
 
 
 def test_an_empty_read_has_the_read_schema(spark: Any, orders: str) -> None:
