@@ -167,6 +167,27 @@ def test_files_spark_names_otherwise_and_of_equal_size_go_to_separate_scans() ->
     assert not _apart(f("a 1.parquet"), f("a~2.parquet"))  # Spark percent-encodes the space
 
 
+def test_offsets_are_the_same_without_the_vectorised_parquet_reader(spark: Any, many_segments: str) -> None:
+    """The row index comes from the column Spark's Parquet reader fills; its record reader fills it too."""
+    ranged = {"startingOffsets": {"big": {"0": 73}}, "endingOffsets": {"big": {"0": 377}}}
+    spark.conf.set("spark.sql.parquet.enableVectorizedReader", "false")
+    try:
+        for opts in ({}, ranged):
+            same_as_python(spark, many_segments, topic="big", **opts)
+    finally:
+        spark.conf.unset("spark.sql.parquet.enableVectorizedReader")
+
+
+def test_a_row_index_spark_did_not_fill_fails_the_query_instead_of_reading_wrong_offsets(spark: Any) -> None:
+    from pyspark.errors import PySparkException
+
+    from txnsource.native import ROW, ROW_COLUMN
+
+    assert spark.sql(f"SELECT {ROW} AS r FROM VALUES (7L) AS v({ROW_COLUMN})").first().r == 7
+    with pytest.raises(PySparkException, match=f"Spark did not fill {ROW_COLUMN}; read with readPath=python"):
+        spark.sql(f"SELECT {ROW} AS r FROM VALUES (CAST(NULL AS BIGINT)) AS v({ROW_COLUMN})").collect()
+
+
 def test_an_empty_read_has_the_read_schema(spark: Any, orders: str) -> None:
     nat = same_as_python(spark, orders, topic="orders", startingOffsets="latest")
     assert nat.count() == 0
