@@ -412,7 +412,9 @@ def scan_frame(spark: SparkSession, scan: NativeScan, schema: StructType, full: 
     fields = [T.StructField(f.name, f.dataType, True) for f in data]
     if keep is not None or wanted & {"_offset", "_timestamp"}:
         fields.append(T.StructField(ROW_COLUMN, T.LongType(), True))
-    reader = spark.read.schema(T.StructType(fields))
+    # a committed segment that is missing or unreadable fails the read, whatever the session says
+    reader = spark.read.schema(T.StructType(fields)).option("ignoreMissingFiles", "false") \
+        .option("ignoreCorruptFiles", "false")
     for k, v in fs_options.items():
         reader = reader.option(k, v)
     if scan.glob is not None:

@@ -304,6 +304,27 @@ def test_damaged_or_missing_segments_fail_naming_the_file(spark: Any, many_segme
         native(spark, many_segments, topic="big", startingOffsets={"big": {"0": 200}})
 
 
+@pytest.mark.parametrize("damage", ["delete", "garble"])
+def test_a_segment_lost_after_planning_fails_the_read_even_where_the_session_ignores_lost_files(
+        spark: Any, many_segments: str, damage: str) -> None:
+    nat = native(spark, many_segments, topic="big")
+    store = open_store(many_segments)
+    name = f"{data_dir('big', 0)}/{store.list(data_dir('big', 0))[2]}"
+    if damage == "delete":
+        store.delete(name)
+    else:
+        data = store.get(name)
+        store.put(name, b"\0" * len(data))
+    for conf in ("spark.sql.files.ignoreMissingFiles", "spark.sql.files.ignoreCorruptFiles"):
+        spark.conf.set(conf, "true")
+    try:
+        with pytest.raises(Exception, match=r"(?i)not exist|not found|not a parquet file|corrupt|magic"):
+            nat.count()
+    finally:
+        for conf in ("spark.sql.files.ignoreMissingFiles", "spark.sql.files.ignoreCorruptFiles"):
+            spark.conf.unset(conf)
+
+
 def test_read_path_option(spark: Any, orders: str) -> None:
     for ok in ("auto", "python", "PYTHON"):
         assert reader(spark, orders, topic="orders", readPath=ok).count() == 15
