@@ -8,18 +8,18 @@ of them (one per topic, unless it has many files), the metadata columns computed
 * per-file values are picked by a balanced tree of comparisons on ``_metadata.file_size`` (checked against the
   commit records when the scan is built); files of equal size are told apart by ``_metadata.file_name``, compared
   only for their rows;
-* ``_topic`` is a literal of the scan, ``_partition`` the file's partition (a filter on it only refers to the file
-  size, so Spark prunes files with it);
-* ``_offset`` is the file's first offset plus ``_metadata.row_index``, ``_timestamp`` the commit time of the file
-  (or, for a compacted file, of the run of rows the row index falls in);
+* ``_topic`` is a literal of the scan, ``_partition`` the file's partition (a filter on it only refers to file
+  metadata, so Spark prunes files with it);
+* ``_offset`` is the file's first offset plus the row's index in its file (:data:`ROW_COLUMN`, which Spark's
+  Parquet reader fills), ``_timestamp`` the commit time of the file (or, for a compacted file, of the run of rows
+  the row index falls in);
 * rows outside a slice (a range that starts or ends inside a file) are filtered on the row index.
 
 ``_producerTimestamp`` is the segment's own producer-time column, read like a data column (null in files written
 before it existed, as the Python reader gives).
 
-Columns a query does not use are never read: Spark's pruning sees plain expressions. (Spark reads the row index
-of each row whenever a query could refer to ``_metadata``; it costs far less than the per-row struct that any
-reference to a metadata field makes it build.)
+Columns a query does not use are never read: Spark's pruning sees plain expressions. A committed file that is
+missing or unreadable when the query runs fails it, whatever ``spark.sql.files.ignore*Files`` say.
 
 Same rows, same schema and the same ``read_committed`` snapshot semantics as ``spark.read.format("txnlog")``, with
 one difference: the snapshot is taken when :func:`read` is called and pinned in the DataFrame (every action on it
