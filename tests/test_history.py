@@ -1022,6 +1022,36 @@ def test_an_interrupted_log_truncation_leaves_nothing_that_readers_or_verify_tri
     assert [p.kind for p in ti.verify(store)] == ["gap"]
 
 
+def test_a_truncation_interrupted_after_deleting_an_old_checkpoint_leaves_a_log_verify_accepts() -> None:
+    """Found by the histories (CI's long run, seed 100130): a truncation deletes old checkpoints and old entries in
+    no particular order; interrupted after deleting checkpoint ``a`` but before the entries between ``a`` and the
+    retained checkpoint ``b``, it left a log starting at ``a + 1`` with no checkpoint at ``a``, and ``verify``
+    reported it as damaged. Readers start from ``b`` (whose successors are all there): nothing is missing."""
+    url = _lake("interrupted")
+    busy = _busy(url, range(40))
+    store = open_store(url)
+    ckpts = sorted(int(n.split(".")[0]) for n in store.list("_txn/checkpoint") if n[0].isdigit())
+    a, b = ckpts[0], ckpts[1]
+    for n in range(a + 1):
+        if store.exists(txn_log_path(n)):
+            store.delete(txn_log_path(n))
+    for c in ckpts:
+        if c <= a:
+            store.delete(txn_checkpoint_path(c))
+    assert min(int(n.split(".")[0]) for n in store.list("_txn/log") if n[0].isdigit()) == a + 1 < b
+    assert ti.verify(store) == []
+    fresh = TransactionCoordinator(open_store(url))
+    assert fresh.log.refresh().seq == busy.coordinator.log.state.seq
+    assert _values(url) == sorted(f"b{i}" for i in range(40))
+    # without a checkpoint at or after the start of the run, the entries before it are lost: still reported
+    for c in ckpts:
+        if c > a:
+            store.delete(txn_checkpoint_path(c))
+    store.delete(LAST_CHECKPOINT)
+    assert [p.message for p in ti.verify(store) if p.kind == "gap"] == [
+        f"transaction log starts at {a + 1} with no checkpoint covering the entries before it"]
+
+
 def test_a_reader_behind_a_truncation_jumps_even_when_the_last_checkpoint_pointer_went_back() -> None:
     """Found by the histories (eight workers, seed 410140): ``_txn/checkpoint/_last.json`` is a plain put, so a
     slow checkpoint writer can put an older state there after a newer one was written and the log truncated

@@ -67,9 +67,11 @@ class VerifyReport(list[Problem]):
 
 
 def _dense(names: list[str], folder: str, checkpoints: list[int], what: str) -> list[Problem]:
-    """Numbered files must follow one another from 0, or from just after a checkpoint. Files below such a
-    checkpoint that do not follow on (what an interrupted truncation leaves; the next one deletes them) are no
-    problem: readers start from the checkpoint."""
+    """Numbered files must follow one another from 0, or from a point at or below a checkpoint whose successors
+    are all there: readers start from the newest checkpoint, so what lies before that run is covered. Files below
+    it that do not follow on, and a run that starts below the checkpoint (an interrupted truncation leaves both:
+    it deletes old checkpoints and old files in no particular order; the next one deletes the rest), are no
+    problem."""
     seqs = sorted(n for n in (parse_seq(x) for x in names) if n is not None)
     if not seqs:
         return []
@@ -77,7 +79,7 @@ def _dense(names: list[str], folder: str, checkpoints: list[int], what: str) -> 
     while f > 0 and seqs[f - 1] == seqs[f] - 1:
         f -= 1
     first = seqs[f]
-    if first == 0 or first - 1 in checkpoints:
+    if first == 0 or any(first - 1 <= c <= seqs[-1] for c in checkpoints):
         return []
     if f == 0:
         message = f"{what} starts at {first} with no checkpoint covering the entries before it"
