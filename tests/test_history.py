@@ -1023,10 +1023,11 @@ def test_an_interrupted_log_truncation_leaves_nothing_that_readers_or_verify_tri
 
 
 def test_a_truncation_interrupted_after_deleting_an_old_checkpoint_leaves_a_log_verify_accepts() -> None:
-    """Found by the histories (CI's long run, seed 100130): a truncation deletes old checkpoints and old entries in
-    no particular order; interrupted after deleting checkpoint ``a`` but before the entries between ``a`` and the
-    retained checkpoint ``b``, it left a log starting at ``a + 1`` with no checkpoint at ``a``, and ``verify``
-    reported it as damaged. Readers start from ``b`` (whose successors are all there): nothing is missing."""
+    """Found by the histories (CI's long run, seed 100130): a truncation deletes old checkpoints and old entries
+    concurrently and skips deletes that fail; interrupted after deleting checkpoint ``a`` but before the entries
+    between ``a`` and the retained checkpoint ``b``, it left a log starting at ``a + 1`` with no checkpoint at
+    ``a``, and ``verify`` reported it as damaged. Readers start from ``b`` (whose successors are all there):
+    nothing is missing."""
     url = _lake("interrupted")
     busy = _busy(url, range(40))
     store = open_store(url)

@@ -69,9 +69,9 @@ class VerifyReport(list[Problem]):
 def _dense(names: list[str], folder: str, checkpoints: list[int], what: str) -> list[Problem]:
     """Numbered files must follow one another from 0, or from a point at or below a checkpoint whose successors
     are all there: readers start from the newest checkpoint, so what lies before that run is covered. Files below
-    it that do not follow on, and a run that starts below the checkpoint (an interrupted truncation leaves both:
-    it deletes old checkpoints and old files in no particular order; the next one deletes the rest), are no
-    problem."""
+    it that do not follow on, and a run that starts below the checkpoint, are no problem: an interrupted
+    truncation leaves both (it deletes old checkpoints and old files concurrently and skips deletes that fail; the
+    next one deletes the rest)."""
     seqs = sorted(n for n in (parse_seq(x) for x in names) if n is not None)
     if not seqs:
         return []
