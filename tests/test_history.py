@@ -39,7 +39,14 @@ from coordinator import (
 )
 from coordinator import inspect as ti
 from coordinator.faults import InjectedCrash
-from coordinator.layout import LAST_CHECKPOINT, txn_checkpoint_path, txn_log_path
+from coordinator.layout import (
+    LAST_CHECKPOINT,
+    TXN_CHECKPOINT,
+    TXN_LOG,
+    parse_seq,
+    txn_checkpoint_path,
+    txn_log_path,
+)
 from core_helpers import LostReplyStore
 from history.checker import FAILED, OK, RULES, UNKNOWN, History, MiscOp, ReadOp, TxnOp, check
 from history.run import FAULT_KINDS, Summary, main, run
@@ -1031,7 +1038,7 @@ def test_a_truncation_interrupted_after_deleting_an_old_checkpoint_leaves_a_log_
     url = _lake("interrupted")
     busy = _busy(url, range(40))
     store = open_store(url)
-    ckpts = sorted(int(n.split(".")[0]) for n in store.list("_txn/checkpoint") if n[0].isdigit())
+    ckpts = sorted(c for c in map(parse_seq, store.list(TXN_CHECKPOINT)) if c is not None)
     a, b = ckpts[0], ckpts[1]
     for n in range(a + 1):
         if store.exists(txn_log_path(n)):
@@ -1039,7 +1046,7 @@ def test_a_truncation_interrupted_after_deleting_an_old_checkpoint_leaves_a_log_
     for c in ckpts:
         if c <= a:
             store.delete(txn_checkpoint_path(c))
-    assert min(int(n.split(".")[0]) for n in store.list("_txn/log") if n[0].isdigit()) == a + 1 < b
+    assert min(n for n in map(parse_seq, store.list(TXN_LOG)) if n is not None) == a + 1 < b
     assert ti.verify(store) == []
     fresh = TransactionCoordinator(open_store(url))
     assert fresh.log.refresh().seq == busy.coordinator.log.state.seq

@@ -295,7 +295,7 @@ def _scan(topic: str, files: Sequence[NativeFile], listed: Mapping[str, Sequence
     """A scan of ``files``: their folders filtered by a glob of their names when that selects exactly them in
     the folders' listings (``listed``), else the files one by one."""
     folders = sorted({posixpath.dirname(f.url) for f in files})
-    wanted = {(posixpath.dirname(f.url), posixpath.basename(f.url)) for f in files}
+    wanted = {(posixpath.dirname(f.url), _name(f)) for f in files}
     names = {name for _folder, name in wanted}
     matched = {(d, n) for d in folders for n in listed[d] if n in names}
     if matched == wanted and all(_PLAIN_NAME.fullmatch(n) for n in names):
