@@ -1097,3 +1097,38 @@ def test_a_fault_free_window_stays_fault_free_when_another_threads_window_closes
         worker_window.__exit__(None, None, None)  # the worker's closes first
         assert not plan.enabled
     assert plan.enabled
+
+
+@pytest.mark.parametrize("truncated_by", ["this version", "an older version", "an older version, interrupted"])
+def test_a_producer_idle_past_the_truncation_of_a_quiet_log_commits_where_readers_look(truncated_by: str) -> None:
+    """Hostile: a producer idle for longer than the grace period, while the log was checkpointed at its last entry
+    and truncated, must not find that entry's successors gone and write its next entry under a deleted name, below
+    the checkpoint, where no reader looks (its commit acknowledged and lost). This version's truncation keeps the
+    entry the checkpoint ends at; a log truncated by an older one (which deleted it too, and may have left an older
+    entry behind when interrupted) is caught by a look at ``_last.json`` when the listing ends."""
+    url = _lake("quiet")
+    stale = Producer(open_store(url), "stale",
+                     coordinator=TransactionCoordinator(open_store(url), checkpoint_interval=0))
+    stale.init_transactions()
+    with stale.transaction():
+        stale.send("t", [{"v": "s0"}])
+    busy = _busy(url, range(45))
+    store = open_store(url)
+    last = busy.coordinator.log.state.seq
+    assert busy.coordinator.log.last_checkpoint() is not None
+    assert busy.coordinator.log.last_checkpoint().seq == last  # type: ignore[union-attr]
+    behind = stale.coordinator.log.state.seq + 1  # the entry the stale view reads next
+    kept = store.get(txn_log_path(behind))
+    assert busy.coordinator.log.truncate(grace_ms=txnlog.MIN_LOG_GRACE_MS, now=time.time() + 3600) > 0
+    assert not store.exists(txn_log_path(behind))
+    if truncated_by != "this version":
+        store.delete(txn_log_path(last))
+    if truncated_by.endswith("interrupted"):
+        store.put(txn_log_path(behind), kept)
+    assert ti.verify(store) == []
+    stale.coordinator.log._refreshed = -1e9  # idle past the grace period: it lists the log
+    with stale.transaction():
+        stale.send("t", [{"v": "s1"}])
+    assert stale.coordinator.log.state.seq == last + 1
+    assert _values(url) == sorted([f"b{i}" for i in range(45)] + ["s0", "s1"])
+    assert ti.verify(store) == []

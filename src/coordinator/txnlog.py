@@ -135,7 +135,8 @@ class TransactionLog(GroupCommit, LogCheckpoints):
         self._opened = True
         if ck is not None:
             self._reset(ck)
-        self._catch_up()
+        self._list_forward(checked=True)
+        self._refreshed = time.monotonic()
 
     # -- reading ----------------------------------------------------------------------------------------------
 
@@ -215,16 +216,29 @@ class TransactionLog(GroupCommit, LogCheckpoints):
                 self._refreshed = time.monotonic()
                 return
             self._apply(nxt)
-        self._list_forward()
+            self._list_forward(checked=True)
+        else:
+            self._list_forward(checked=False)
         self._refreshed = time.monotonic()
 
-    def _list_forward(self) -> None:
+    def _list_forward(self, *, checked: bool) -> None:
+        """Apply the entries listed after the view, jumping to the newest checkpoint over entries truncated.
+
+        A truncation keeps the entry its checkpoint ends at, so a view it passed by lists that entry, sees that it
+        does not follow on, and jumps. Unless ``checked`` (the view was read recently, or from the newest
+        checkpoint just now), the end of the listing also looks at ``_last.json`` once: in a log truncated by an
+        older version of this code, which deleted that entry too, a view it passed by may list nothing after itself,
+        or only entries left below the checkpoint by an interrupted truncation.
+        """
         jumped = False
         while True:
             after = seq_name(self.state.seq) if self.state.seq >= 0 else None
             seqs = [q for n in self.store.list(TXN_LOG, start_after=after, limit=self.jump + 1)
                     if (q := parse_seq(n)) is not None]
             if not seqs:
+                if not (checked or jumped) and self._jump_to_last():
+                    jumped = True
+                    continue
                 return
             # entries that do not follow on are below a checkpoint (left by an interrupted truncation)
             dense = next((i for i, (a, b) in enumerate(itertools.pairwise(seqs), 1) if b != a + 1), len(seqs))
@@ -249,7 +263,25 @@ class TransactionLog(GroupCommit, LogCheckpoints):
                 self._apply(entry)
             else:
                 if len(seqs) < self.jump:
+                    if not (checked or jumped) and self._jump_to_last():
+                        jumped = True
+                        continue
                     return
+
+    def _jump_to_last(self) -> bool:
+        """Jump to ``_last.json`` if it is newer than the view (one GET)."""
+        try:
+            ck = self._decode_checkpoint(self.store.get(LAST_CHECKPOINT), LAST_CHECKPOINT)
+        except FileNotFoundError:
+            return False
+        except CorruptLogError as exc:
+            log.warning("%s", exc)
+            return False
+        if ck.seq <= self.state.seq:
+            return False
+        self._reset(ck)
+        self._jumped_at = ck.seq
+        return True
 
     def _jump(self) -> bool:
         ck = self._read_last_checkpoint(above=self.state.seq)
@@ -355,6 +387,11 @@ class TransactionLog(GroupCommit, LogCheckpoints):
         """Delete log entries and checkpoints below the newest checkpoint that is older than the grace period,
         and intents already decided. Returns how many objects were deleted.
 
+        The entry that checkpoint ends at stays: a process whose view is older lists it, finds that it does not
+        follow on from its view, and jumps to the checkpoint. Were it deleted too, a quiet log could list nothing
+        after such a view, and the process would write its next entry under a deleted name, below the checkpoint,
+        where no reader looks (an acknowledged commit lost).
+
         The grace period must exceed :data:`MIN_LOG_GRACE_MS`: a process that read the log within
         :data:`RECENT_S` asks for its next entry by name, and must never find a deleted entry's name free (it
         would write that entry again where no reader looks). ``now`` (store clock, seconds) is for tests; by
@@ -380,7 +417,7 @@ class TransactionLog(GroupCommit, LogCheckpoints):
         doomed = [i.path for i in infos if (parse_seq(i.path.rsplit("/", 1)[-1]) or 0) < keep]
         for name in self.store.list(TXN_LOG, limit=None):
             n = parse_seq(name)
-            if n is not None and n <= keep:
+            if n is not None and n < keep:  # entry `keep` stays: views older than it list it and jump
                 doomed.append(f"{TXN_LOG}/{name}")
         with self._lock:
             st = self.state
