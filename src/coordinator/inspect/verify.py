@@ -71,7 +71,8 @@ def _dense(names: list[str], folder: str, checkpoints: list[int], what: str) -> 
     are all there: readers start from the newest checkpoint, so what lies before that run is covered. Files below
     it that do not follow on, and a run that starts below the checkpoint, are no problem: an interrupted
     truncation leaves both (it deletes old checkpoints and old files concurrently and skips deletes that fail; the
-    next one deletes the rest)."""
+    next one deletes the rest). Nor is a run that ends below a checkpoint: older versions of the truncation
+    deleted the entry the checkpoint ends at too, leaving nothing after it."""
     seqs = sorted(n for n in (parse_seq(x) for x in names) if n is not None)
     if not seqs:
         return []
@@ -79,7 +80,7 @@ def _dense(names: list[str], folder: str, checkpoints: list[int], what: str) -> 
     while f > 0 and seqs[f - 1] == seqs[f] - 1:
         f -= 1
     first = seqs[f]
-    if first == 0 or any(first - 1 <= c <= seqs[-1] for c in checkpoints):
+    if first == 0 or any(c >= first - 1 for c in checkpoints):
         return []
     if f == 0:
         message = f"{what} starts at {first} with no checkpoint covering the entries before it"
