@@ -110,7 +110,9 @@ def _split_keyed(table: pa.Table, meta: TopicMeta, key: Sequence[str]) -> list[t
 
 
 def _group(table: pa.Table, parts: np.ndarray, partitions: int) -> list[tuple[int, pa.Table]]:
-    order = np.argsort(parts, kind="stable")
+    # a stable sort of 8- or 16-bit integers is a radix sort in numpy (several times faster than of int64)
+    small = parts.astype(np.uint8 if partitions <= 1 << 8 else np.uint16 if partitions <= 1 << 16 else np.int64)
+    order = np.argsort(small, kind="stable")
     counts = np.bincount(parts, minlength=partitions)
     ordered = table.take(pa.array(order))
     out = []
