@@ -1,7 +1,9 @@
 """Spark read benchmark, side by side in one session on the same data (run by ``bench_spark.py``, or alone):
 
 * every column into the ``noop`` sink; an aggregate over all six columns; an aggregate over two of them;
-  each through the data source (``spark.read.format("txnlog")``), the native path (``txnsource.read``) and, for
+  each through the data source (``spark.read.format("txnlog")`` with ``readPath=python``), the same
+  ``format("txnlog")`` read in a session with :func:`txnsource.enable_native` ("native rule"), the native path
+  (``txnsource.read``) and, for
   the two-column aggregate, both again with the two columns as a given schema, against Spark's Parquet reader;
   for the first two also the floor of any Python data source (:mod:`pyarrow_floor`: the topic's segment files
   decoded by pyarrow and handed to Spark, no metadata columns, no checks);
@@ -100,8 +102,10 @@ def read_measures(spark: Any, parquet: str, lake: str, tmp: str, n: int) -> dict
     def noop(df: Any) -> None:
         df.write.format("noop").mode("overwrite").save()
 
-    def txn(schema: str | None = None) -> Any:
-        r = spark.read.format("txnlog").option("topic", "bench")
+    def txn(schema: str | None = None, path: str = "python") -> Any:
+        """``format("txnlog")``: the data source (``readPath=python``), or with ``path="auto"`` what
+        :func:`txnsource.enable_native`'s rule makes of it."""
+        r = spark.read.format("txnlog").option("topic", "bench").option("readPath", path)
         return (r if schema is None else r.schema(schema)).load(lake)
 
     def native(schema: str | None = None) -> Any:
@@ -117,21 +121,26 @@ def read_measures(spark: Any, parquet: str, lake: str, tmp: str, n: int) -> dict
     def floor() -> Any:
         return spark.read.format("pyarrow-floor").option("paths", segments).option("schema", SIX).load()
 
+    txnsource.enable_native(spark)
     out = {
         "noop": rounds(spark, {"Spark Parquet": lambda: noop(spark.read.parquet(parquet)),
                                "data source": lambda: noop(txn()),
+                               "data source, native rule": lambda: noop(txn(path="auto")),
                                "pyarrow floor": lambda: noop(floor()),
                                "native": lambda: noop(native())}, n),
         "agg6": rounds(spark, {"Spark Parquet": lambda: spark.read.parquet(parquet).selectExpr(*AGG6).collect(),
                                "data source": lambda: txn().selectExpr(*AGG6).collect(),
+                               "data source, native rule": lambda: txn(path="auto").selectExpr(*AGG6).collect(),
                                "pyarrow floor": lambda: floor().selectExpr(*AGG6).collect(),
                                "native": lambda: native().selectExpr(*AGG6).collect()}, n),
         "agg2": rounds(spark, {"Spark Parquet": lambda: spark.read.parquet(parquet).selectExpr(*AGG2).collect(),
                                "data source": lambda: txn().selectExpr(*AGG2).collect(),
                                "data source, schema": lambda: txn(TWO).selectExpr(*AGG2).collect(),
+                               "data source, native rule": lambda: txn(path="auto").selectExpr(*AGG2).collect(),
                                "native": lambda: native().selectExpr(*AGG2).collect(),
                                "native, schema": lambda: native(TWO).selectExpr(*AGG2).collect()}, n),
     }
+    txnsource.disable_native(spark)
     out["stream"] = stream_measure(spark, tmp, n)
     return out
 
@@ -201,13 +210,13 @@ LABELS = {"noop": "read all columns into noop", "agg6": "aggregate over all six 
 def print_reads(reads: dict[str, dict[str, tuple[float, float]]], n: int) -> None:
     """Print the read measures with ratios to Spark's Parquet reader (wall and CPU)."""
     print(f"\nbatch reads, medians of {n} rounds (ratio: txnlog / Spark Parquet)")
-    print(f"{'':<36}{'variant':<22}{'wall s':>8}{'cpu s':>8}{'wall x':>8}{'cpu x':>8}{'target':>8}")
+    print(f"{'':<36}{'variant':<26}{'wall s':>8}{'cpu s':>8}{'wall x':>8}{'cpu x':>8}{'target':>8}")
     for key, label in LABELS.items():
         base_w, base_c = reads[key]["Spark Parquet"]
         for i, (variant, (w, c)) in enumerate(reads[key].items()):
             ratios = "" if variant == "Spark Parquet" else f"{w / base_w:>7.2f}x{c / base_c:>7.2f}x"
             target = TARGETS.get((key, variant.split(",")[0]), "")
-            print(f"{label if i == 0 else '':<36}{variant:<22}{w:>8.2f}{c:>8.2f}{ratios:<16}{target:>8}")
+            print(f"{label if i == 0 else '':<36}{variant:<26}{w:>8.2f}{c:>8.2f}{ratios:<16}{target:>8}")
     s = reads["stream"]
     groups, rows = s["decoded"]
     print(f"\nstreaming read of 1,000 records of a {BIG:,}-record segment: micro-batch "

@@ -149,10 +149,12 @@ def test_install_next_to_the_newest_pyspark_keeps_it(tmp_path: Path) -> None:
     pip(f"{ROOT}[spark]")
     pip("--dry-run", f"pyspark=={before}", f"{ROOT}[spark]")  # asking for both at once resolves too
     code = ("import importlib.metadata as md, coordinator, txnsource, txnsink, pyspark_txnlog, pyspark; "
-            "print(pyspark.__version__, md.version('txnlog'), pyspark_txnlog.DefaultSource.name())")
+            "from txnsource.nativerule import JAR; "
+            "print(pyspark.__version__, md.version('txnlog'), pyspark_txnlog.DefaultSource.name(), "
+            "JAR.is_file() and JAR.stat().st_size > 0)")
     out = subprocess.run([str(py), "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == [before, PROJECT["version"], "txnlog"]
+    assert out.stdout.split() == [before, PROJECT["version"], "txnlog", "True"]  # the wheel ships the rule's jar
     assert Version(before) >= Version("4.3.0")
     check = subprocess.run([str(py), "-m", "pip", "check"], capture_output=True, text=True, env=env, timeout=300)
     assert check.returncode == 0, check.stdout

@@ -10,7 +10,8 @@ Entry points for :class:`pyspark_txnlog.DefaultSource`:
   ``Trigger.AvailableNow``, consumer-group progress, ``latestOffset`` in progress reports).
 
 For users, :func:`read` (``txnsource.read(spark, path, topic=...)``) returns a batch DataFrame read by Spark's own
-Parquet reader where it can (:mod:`txnsource.native`), by the data source otherwise.
+Parquet reader where it can (:mod:`txnsource.native`), by the data source otherwise; :func:`enable_native` makes
+``spark.read.format("txnlog")`` batch reads of a session do the same (:mod:`txnsource.nativerule`).
 
 Options are described in :mod:`txnsource.options`. This package imports :mod:`coordinator`, never ``txnsink``.
 """
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from txnsource.batch import TxnLogBatchReader, TxnLogPushdownReader, make_batch_reader
 from txnsource.native import read
+from txnsource.nativerule import disable_native, enable_native, native_enabled
 from txnsource.options import ReadOptions, parse_options
 from txnsource.stream import TxnLogStreamReader, make_stream_reader
 
@@ -30,8 +32,8 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 __all__ = [
-    "ReadOptions", "TxnLogBatchReader", "TxnLogPushdownReader", "TxnLogStreamReader", "make_reader",
-    "make_stream_reader", "parse_options", "read", "read_schema",
+    "ReadOptions", "TxnLogBatchReader", "TxnLogPushdownReader", "TxnLogStreamReader", "disable_native",
+    "enable_native", "make_reader", "make_stream_reader", "native_enabled", "parse_options", "read", "read_schema",
 ]
 
 

@@ -109,14 +109,16 @@ class TxnLogPushdownReader(TxnLogBatchReader):
 
 
 def refuse_native(opts: ReadOptions) -> None:
-    """Raises: InvalidOptionError when ``readPath`` is ``native``: a Spark data source cannot hand back Spark's own
-    Parquet scan, only :func:`txnsource.read` can."""
+    """Raises: InvalidOptionError when ``readPath`` is ``native`` and the data source itself is asked to read: a
+    Spark data source cannot hand back Spark's own Parquet scan; :func:`txnsource.read`, or a session with
+    :func:`txnsource.enable_native` (whose rule takes the scan before the data source plans it), can."""
     if opts.read_path == "native":
         from coordinator.errors import InvalidOptionError
 
         raise InvalidOptionError(
-            "option 'readPath' = 'native' needs txnsource.read(spark, path, topic=...), a batch read that returns "
-            "Spark's own Parquet scan; spark.read.format(\"txnlog\") and readStream use the Python reader"
+            "option 'readPath' = 'native' needs txnsource.enable_native(spark) in the driver (then "
+            "spark.read.format(\"txnlog\") batch reads use Spark's own Parquet scan) or txnsource.read(spark, path, "
+            "topic=...); readStream always uses the Python reader"
         )
 
 

@@ -134,7 +134,7 @@ def read(spark: SparkSession, path: str, schema: StructType | str | None = None,
     if opts.read_path == "python":
         return _python_reader(spark, path, schema, text)
     try:
-        return _native(spark, opts, schema)
+        return native_frame(spark, opts, schema)
     except NativeUnavailable as why:
         if opts.read_path == "native":
             raise InvalidOptionError(f"option 'readPath' = 'native' cannot read this: {why}") from None
@@ -475,7 +475,14 @@ def projection(spark: SparkSession, schema: StructType | str | None, full: Struc
     return given
 
 
-def _native(spark: SparkSession, opts: ReadOptions, schema: StructType | str | None) -> DataFrame:
+def native_frame(spark: SparkSession, opts: ReadOptions, schema: StructType | str | None) -> DataFrame:
+    """The native DataFrame of a read (``readPath`` aside): :func:`read`'s, and what
+    :func:`txnsource.enable_native` puts in place of a ``format("txnlog")`` scan.
+
+    Raises:
+        NativeUnavailable: the native path does not apply (the reason).
+        and the errors of :func:`read` (a missing topic, a bad offset option, a damaged segment, ...).
+    """
     from coordinator import open_store
     from coordinator.topics import get_topic, list_topics
     from txnsource.options import with_topics

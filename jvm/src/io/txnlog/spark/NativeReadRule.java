@@ -1,0 +1,94 @@
+package io.txnlog.spark;
+
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+
+import org.apache.spark.sql.catalyst.expressions.Alias;
+import org.apache.spark.sql.catalyst.expressions.Attribute;
+import org.apache.spark.sql.catalyst.expressions.NamedExpression;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.plans.logical.Project;
+import org.apache.spark.sql.catalyst.rules.Rule;
+import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation;
+import org.apache.spark.sql.execution.datasources.v2.DataSourceV2ScanRelation;
+import org.apache.spark.sql.internal.SQLConf;
+
+import scala.jdk.javaapi.CollectionConverters;
+
+/**
+ * An optimizer rule (installed per session by {@code txnsource.enable_native}) that replaces every batch scan of the
+ * Python data source {@code txnlog} by the plan of Spark's own Parquet reader over the same committed snapshot.
+ *
+ * <p>Contract: the planner (a Python object of the driver, reached through py4j) is called once per scan each time a
+ * query is optimized, with the scan's options and output schema; it returns a classic {@code Dataset} whose columns
+ * have the scan's names and types in the scan's order, a {@code String} (an error: the read must not fall back), or
+ * null (keep the Python data source). The replacement is a projection that gives every column of the Dataset the
+ * expression id of the scan's column, so everything above the scan reads it unchanged. A scan is never replaced
+ * while Spark's Python filter pushdown is on: filters the data source took over are no longer in the plan.
+ */
+public class NativeReadRule extends Rule<LogicalPlan> {
+    /** Plans a native read: see the class comment. */
+    public interface Planner {
+        Object plan(Map<String, String> options, String schemaJson);
+    }
+
+    /** The Spark configuration under which the data source receives filters (and the plan no longer has them). */
+    public static final String PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled";
+
+    private final Planner planner;
+    private final String format;
+
+    public NativeReadRule(Planner planner, String format) {
+        this.planner = planner;
+        this.format = format;
+    }
+
+    @Override
+    public LogicalPlan apply(LogicalPlan plan) {
+        LogicalPlan replaced = replace(plan);
+        if (replaced != null) {
+            return replaced;
+        }
+        return (LogicalPlan) plan.mapChildren(child -> apply((LogicalPlan) child));
+    }
+
+    private LogicalPlan replace(LogicalPlan plan) {
+        if (!(plan instanceof DataSourceV2ScanRelation)) {
+            return null;
+        }
+        DataSourceV2ScanRelation scan = (DataSourceV2ScanRelation) plan;
+        DataSourceV2Relation relation = scan.relation();
+        if (!relation.table().getClass().getName().endsWith(".PythonTable")
+                || !format.equalsIgnoreCase(relation.table().name())
+                || "true".equalsIgnoreCase(SQLConf.get().getConfString(PUSHDOWN_CONF, "false").trim())) {
+            return null;
+        }
+        Map<String, String> options = new HashMap<>(relation.options().asCaseSensitiveMap());
+        Object got = planner.plan(options, scan.schema().json());
+        if (got instanceof String) {
+            throw new IllegalArgumentException((String) got);
+        }
+        if (!(got instanceof org.apache.spark.sql.classic.Dataset)) {
+            return null;
+        }
+        LogicalPlan child = ((org.apache.spark.sql.classic.Dataset<?>) got).queryExecution().optimizedPlan();
+        List<Attribute> want = new ArrayList<>(CollectionConverters.asJava(scan.output()));
+        List<Attribute> have = new ArrayList<>(CollectionConverters.asJava(child.output()));
+        if (want.size() != have.size()) {
+            return null;
+        }
+        List<NamedExpression> columns = new ArrayList<>();
+        for (int i = 0; i < want.size(); i++) {
+            Attribute w = want.get(i);
+            Attribute h = have.get(i);
+            if (!w.name().equals(h.name()) || !w.dataType().sameType(h.dataType()) || (h.nullable() && !w.nullable())) {
+                return null;
+            }
+            columns.add(new Alias(h, w.name(), w.exprId(), CollectionConverters.asScala(new ArrayList<String>()).toSeq(),
+                    scala.Option.empty(), CollectionConverters.asScala(new ArrayList<String>()).toSeq()));
+        }
+        return new Project(CollectionConverters.asScala(columns).toSeq(), child);
+    }
+}

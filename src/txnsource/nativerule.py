@@ -1,0 +1,187 @@
+"""Spark's own Parquet reader behind ``spark.read.format("txnlog")``: :func:`enable_native`.
+
+A Python data source hands Spark Arrow batches that a Python worker decoded, and pyspark 4.x gives it no column
+pruning; reading through it costs 2-3x of Spark's Parquet reader on the same data, most of which no Python source can
+avoid (docs/design.md, "What the data-source path costs"). :func:`txnsource.read` (``txnsource/native.py``) builds
+the same snapshot as a Parquet scan instead, but it is a function: code written against ``format("txnlog")`` does not
+reach it.
+
+:func:`enable_native` installs, in one classic session, an optimizer rule (``io.txnlog.spark.NativeReadRule``, a few
+dozen lines of Java shipped as ``txnsource/jars/txnlog-spark.jar`` and loaded at run time: no ``spark.jars``, no
+static configuration) that replaces each batch scan of ``format("txnlog")`` by the plan :func:`txnsource.read` builds
+for the same options and columns, whenever the native path applies (``readPath`` = ``auto`` or ``native``). The rule
+calls back into this driver process through py4j, once per scan each time a query is optimized, so every action
+takes a new committed snapshot, as the data source does. Where the native path does not apply (read_uncommitted,
+Arrow IPC segments, a store Spark's file system does not reach, ...), or the planning fails for any reason, the
+scan stays the Python data source's, which then reads or reports the error as it always does; ``readPath`` =
+``native`` makes such a read fail instead, naming the reason, and ``readPath`` = ``python`` keeps the data source.
+
+While ``spark.sql.python.filterPushdown.enabled`` is true, the rule leaves every scan to the data source: filters
+the data source took over are no longer in the plan, so a replacement could not apply them. Streaming reads are
+never replaced (their micro-batches are planned by the stream reader).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import sys
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from coordinator.errors import InvalidOptionError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["JAR", "RULE", "disable_native", "enable_native", "native_enabled", "source_hash"]
+
+log = logging.getLogger(__name__)
+
+#: The jar of the rule (built by ``scripts/build_jar.sh`` from ``jvm/src``).
+JAR = Path(__file__).parent / "jars" / "txnlog-spark.jar"
+#: The rule's class.
+RULE = "io.txnlog.spark.NativeReadRule"
+#: The data source short name whose scans the rule replaces.
+FORMAT = "txnlog"
+
+_loaders: dict[int, Any] = {}
+_lock = threading.Lock()
+
+
+class _Planner:
+    """The rule's planner (``NativeReadRule.Planner``), called by the JVM through py4j."""
+
+    class Java:
+        implements = [RULE + "$Planner"]
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+
+    def plan(self, options: Mapping[str, str], schema_json: str) -> Any:
+        """The scan's Dataset (a py4j object), an error text (``readPath`` = ``native`` that cannot be honoured),
+        or None (the data source reads)."""
+        from pyspark.sql.types import StructType
+
+        from txnsource.native import NativeUnavailable, native_frame
+        from txnsource.options import parse_options
+
+        text = {str(k): str(v) for k, v in options.items()}
+        try:
+            opts = parse_options(text, streaming=False)
+        except Exception:  # noqa: BLE001 - the data source reports bad options as it always does
+            return None
+        if opts.read_path == "python":
+            return None
+        try:
+            schema = StructType.fromJson(json.loads(schema_json))
+            return native_frame(self.spark, opts, schema)._jdf
+        except NativeUnavailable as why:
+            if opts.read_path == "native":
+                return f"option 'readPath' = 'native' cannot read this: {why}"
+            log.info("txnlog: reading through the Python data source: %s", why)
+        except Exception as exc:  # noqa: BLE001 - the data source plans again and reports it as it always does
+            log.info("txnlog: native planning failed (%s); the Python data source reads", type(exc).__name__)
+        return None
+
+
+def _jvm_session(spark: SparkSession) -> Any:
+    jss = getattr(spark, "_jsparkSession", None)
+    if jss is None:
+        raise InvalidOptionError("txnsource.enable_native needs a classic SparkSession: a Spark Connect client has "
+                                 "no driver process for the rule to plan in (use the data source, or "
+                                 "txnsource.read on the server side)")
+    return jss
+
+
+def _rule_class(spark: SparkSession) -> Any:
+    """The rule's class, loaded once per JVM from :data:`JAR` by a class loader whose parent is Spark's."""
+    gw = spark.sparkContext._gateway
+    jvm = spark.sparkContext._jvm
+    assert gw is not None and jvm is not None
+    with _lock:
+        loader = _loaders.get(id(gw))
+        if loader is None:
+            if not JAR.is_file():
+                raise InvalidOptionError(f"txnlog's Spark jar is missing ({JAR}); reinstall txnlog")
+            urls = gw.new_array(jvm.java.net.URL, 1)
+            urls[0] = jvm.java.io.File(str(JAR)).toURI().toURL()
+            parent = jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
+            loader = _loaders[id(gw)] = jvm.java.net.URLClassLoader(urls, parent)
+        return loader
+
+
+def enable_native(spark: SparkSession) -> None:
+    """Read ``spark.read.format("txnlog")`` batch scans of this session with Spark's own Parquet reader wherever
+    the native path applies (see the module docstring). Calling it again changes nothing.
+
+    Raises:
+        InvalidOptionError: ``spark`` is a Spark Connect session, or the jar is missing or does not load into this
+            Spark (the message says which).
+    """
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    jss = _jvm_session(spark)
+    if native_enabled(spark):
+        return
+    gw = spark.sparkContext._gateway
+    jvm = spark.sparkContext._jvm
+    assert gw is not None and jvm is not None
+    ensure_callback_server_started(gw)
+    loader = _rule_class(spark)
+    thread = jvm.java.lang.Thread.currentThread()
+    previous = thread.getContextClassLoader()
+    thread.setContextClassLoader(loader)  # py4j resolves class names through it
+    try:
+        rule = getattr(jvm, RULE)(_Planner(spark), FORMAT)
+    except Exception as exc:
+        raise InvalidOptionError(f"txnlog's Spark jar does not load into this Spark: {exc}") from exc
+    finally:
+        thread.setContextClassLoader(previous)
+    _set_rules(spark, jss, [*_rules(jss), rule])
+
+
+def disable_native(spark: SparkSession) -> None:
+    """Undo :func:`enable_native` in this session (the data source reads every scan again)."""
+    jss = _jvm_session(spark)
+    _set_rules(spark, jss, [r for r in _rules(jss) if r.getClass().getName() != RULE])
+
+
+def native_enabled(spark: SparkSession) -> bool:
+    """Whether :func:`enable_native` is in force in this session (False for a Spark Connect session)."""
+    jss = getattr(spark, "_jsparkSession", None)
+    return jss is not None and any(r.getClass().getName() == RULE for r in _rules(jss))
+
+
+def _rules(jss: Any) -> list[Any]:
+    seq = jss.experimental().extraOptimizations()
+    return [seq.apply(i) for i in range(seq.size())]
+
+
+def _set_rules(spark: SparkSession, jss: Any, rules: list[Any]) -> None:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    jlist = jvm.java.util.ArrayList()
+    for r in rules:
+        jlist.add(r)
+    seq = jvm.scala.jdk.javaapi.CollectionConverters.asScala(jlist).toList()
+    getattr(jss.experimental(), "extraOptimizations_$eq")(seq)
+
+
+def source_hash(folder: str | Path) -> str:
+    """SHA-256 over the Java sources under ``folder`` (relative names and contents, in name order): what the jar
+    records as ``META-INF/txnlog-source.sha256``."""
+    root = Path(folder)
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.java")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+if __name__ == "__main__":  # scripts/build_jar.sh
+    if sys.argv[1:] != ["--source-hash"]:
+        sys.exit("usage: python -m txnsource.nativerule --source-hash")
+    print(source_hash(Path(__file__).resolve().parents[2] / "jvm" / "src"))
