@@ -14,7 +14,7 @@ import test_read as base  # tests/spark is on sys.path (rootdir-relative test mo
 from chispa import assert_df_equality
 
 import txnsource
-from coordinator import InvalidOptionError, Producer
+from coordinator import InvalidOptionError, Producer, create_topic, open_store
 from txnsource.nativerule import JAR, source_hash
 
 pytestmark = pytest.mark.spark
@@ -165,3 +165,14 @@ def test_a_producer_commit_between_load_and_action_is_read_whole(native: Any, or
         p.send("orders", rows(300, 3), partition=0)
         p.send("orders", rows(400, 2), partition=1)
     assert ids(df) == list(range(10)) + [300, 301, 302]
+
+
+def test_s3_without_hadoop_aws_stays_with_the_data_source_and_native_says_why(native: Any, s3_lake: Any) -> None:
+    url, options = s3_lake.url, dict(s3_lake.options)
+    create_topic(open_store(url, options), "orders", base.SCHEMA, partitions=1)
+    produce(url, "orders", [rows(0, 4)], options=options)
+    auto = reader(native, url, topic="orders", **options)
+    assert ids(auto) == [0, 1, 2, 3] and parquet_scans(auto) == 0
+    with pytest.raises(Exception, match=r"readPath' = 'native' cannot read this: Spark has no file system") as err:
+        reader(native, url, topic="orders", readPath="native", **options).collect()
+    assert options["s3.secret"] not in str(err.value)
