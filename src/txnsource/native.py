@@ -481,7 +481,7 @@ def native_frame(spark: SparkSession, opts: ReadOptions, schema: StructType | st
 
     Raises:
         NativeUnavailable: the native path does not apply (the reason).
-        and the errors of :func:`read` (a missing topic, a bad offset option, a damaged segment, ...).
+        InvalidOptionError, TopicNotFoundError, SchemaMismatchError, CorruptLogError: as :func:`read`.
     """
     from coordinator import open_store
     from coordinator.topics import get_topic, list_topics

@@ -97,8 +97,8 @@ def _jvm_session(spark: SparkSession) -> Any:
     return jss
 
 
-def _rule_class(spark: SparkSession) -> Any:
-    """The rule's class, loaded once per JVM from :data:`JAR` by a class loader whose parent is Spark's."""
+def _loader(spark: SparkSession) -> Any:
+    """The class loader of :data:`JAR` (one per JVM), whose parent is Spark's."""
     gw = spark.sparkContext._gateway
     jvm = spark.sparkContext._jvm
     assert gw is not None and jvm is not None
@@ -131,7 +131,7 @@ def enable_native(spark: SparkSession) -> None:
     jvm = spark.sparkContext._jvm
     assert gw is not None and jvm is not None
     ensure_callback_server_started(gw)
-    loader = _rule_class(spark)
+    loader = _loader(spark)
     thread = jvm.java.lang.Thread.currentThread()
     previous = thread.getContextClassLoader()
     thread.setContextClassLoader(loader)  # py4j resolves class names through it
