@@ -33,8 +33,11 @@ FORMATS = ("parquet", "arrow")
 #: The reserved segment column holding each row's producer time, read back as the metadata column of that name.
 PRODUCER_TS = "_producerTimestamp"
 PRODUCER_TS_TYPE = pa.timestamp("us", tz="UTC")
-#: Rows per Parquet row group of a new segment: the unit a partial read decodes.
-ROW_GROUP_ROWS = 128 * 1024
+#: Rows per Parquet row group of a new segment: the unit a partial read decodes. 256K rows: Spark's Parquet reader
+#: reads such files as fast as its own (10M rows: 0.75 s into noop against 0.86 s with 128K-row groups, 0.77 s
+#: for Spark's files), and a read of a few rows still decodes at most two row groups. Planning cuts segments at
+#: multiples of it, which are row-group boundaries of segments written with 128K rows too.
+ROW_GROUP_ROWS = 256 * 1024
 
 
 @dataclass

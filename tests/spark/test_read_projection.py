@@ -35,11 +35,15 @@ def _table(n: int, start: int = 0) -> pa.Table:
 # -- segments -----------------------------------------------------------------------------------------------
 
 
+#: Rows of the test segments: two full row groups and part of a third.
+N = 2 * ROW_GROUP_ROWS + 37_856
+
+
 def test_segments_have_row_groups_of_the_set_size_and_dictionaries_only_for_strings() -> None:
-    data = encode_table(_table(300_000))
+    data = encode_table(_table(N))
     meta = pq.ParquetFile(pa.BufferReader(data)).metadata
     assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [ROW_GROUP_ROWS, ROW_GROUP_ROWS,
-                                                                               300_000 - 2 * ROW_GROUP_ROWS]
+                                                                               37_856]
     encodings = {meta.row_group(0).column(i).path_in_schema: meta.row_group(0).column(i).encodings
                  for i in range(2)}
     assert not any("DICTIONARY" in e for e in encodings["id"])
@@ -48,23 +52,24 @@ def test_segments_have_row_groups_of_the_set_size_and_dictionaries_only_for_stri
 
 @pytest.mark.parametrize("fmt", ["parquet", "arrow"])
 def test_decode_rows_decodes_only_the_row_groups_and_columns_asked_for(fmt: str) -> None:
-    table = _table(300_000)
-    if fmt == "arrow":  # an IPC file of three record batches
-        table = pa.concat_tables([table.slice(0, 100_000), table.slice(100_000, 100_000),
-                                  table.slice(200_000)]).combine_chunks()
-        table = pa.Table.from_batches(table.to_batches(max_chunksize=100_000))
+    table = _table(N)
+    if fmt == "arrow":  # an IPC file of record batches of 100,000 rows
+        table = pa.Table.from_batches(table.combine_chunks().to_batches(max_chunksize=100_000))
     data = encode_table(table, fmt)
     path = f"seg.{fmt}"
     DECODED.reset()
-    got = decode_rows(data, path, 131_000, 1_000, ["id"])
-    assert got.column_names == ["id"] and got.column("id").to_pylist() == list(range(131_000, 132_000))
+    # rows around the first Parquet row-group boundary, inside one record batch of the IPC file
+    first = ROW_GROUP_ROWS - 500
+    assert first // 100_000 == (first + 999) // 100_000
+    got = decode_rows(data, path, first, 1_000, ["id"])
+    assert got.column_names == ["id"] and got.column("id").to_pylist() == list(range(first, first + 1_000))
     per_group = ROW_GROUP_ROWS if fmt == "parquet" else 100_000
     assert DECODED.row_groups == (2 if fmt == "parquet" else 1)
     assert DECODED.rows == DECODED.row_groups * per_group and DECODED.column_chunks == DECODED.row_groups
     DECODED.reset()
     whole = decode_rows(data, path)
-    assert whole.equals(table) and DECODED.row_groups == 3
-    assert decode_rows(data, path, 299_999, 1, ["name", "missing"]).to_pylist() == [{"name": "299999"}]
+    assert whole.equals(table) and DECODED.row_groups == (3 if fmt == "parquet" else -(-N // 100_000))
+    assert decode_rows(data, path, N - 1, 1, ["name", "missing"]).to_pylist() == [{"name": str(N - 1)}]
     DECODED.reset()
     empty = decode_rows(data, path, 5, 10, [])
     assert (empty.num_columns, empty.num_rows, DECODED.row_groups) == (0, 10, 0)
