@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Build src/txnsource/jars/txnlog-spark.jar (the optimizer rule behind txnsource.enable_native) from jvm/src,
-# against the jars of the installed pyspark, for Java 17. The jar records the SHA-256 of its sources
+# Build src/coordinator/jars/txnlog-spark.jar (the optimizer rules behind txnsource.enable_native and
+# txnsink.enable_native) from jvm/src, against the jars of the installed pyspark, for Java 17. The jar records the SHA-256 of its sources
 # (META-INF/txnlog-source.sha256); tests/spark/test_read_native_rule.py checks it against jvm/src.
 # Usage: bash scripts/build_jar.sh [PYTHON]     (PYTHON: an interpreter with pyspark; default .venv/bin/python)
 set -euo pipefail
@@ -13,6 +13,6 @@ trap 'rm -rf "$out"' EXIT
 mapfile -t sources < <(find jvm/src -name '*.java' | LC_ALL=C sort)
 javac --release 17 -nowarn -cp "$JARS/*" -d "$out/classes" "${sources[@]}"
 mkdir -p "$out/classes/META-INF"
-"$PY" -m txnsource.nativerule --source-hash > "$out/classes/META-INF/txnlog-source.sha256"
-jar --create --file src/txnsource/jars/txnlog-spark.jar --date=2026-01-01T00:00:00Z -C "$out/classes" .
-echo "built src/txnsource/jars/txnlog-spark.jar" >&2
+"$PY" -m coordinator.jvm --source-hash > "$out/classes/META-INF/txnlog-source.sha256"
+jar --create --file src/coordinator/jars/txnlog-spark.jar --date=2026-01-01T00:00:00Z -C "$out/classes" .
+echo "built src/coordinator/jars/txnlog-spark.jar" >&2

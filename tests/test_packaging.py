@@ -149,7 +149,7 @@ def test_install_next_to_the_newest_pyspark_keeps_it(tmp_path: Path) -> None:
     pip(f"{ROOT}[spark]")
     pip("--dry-run", f"pyspark=={before}", f"{ROOT}[spark]")  # asking for both at once resolves too
     code = ("import importlib.metadata as md, coordinator, txnsource, txnsink, pyspark_txnlog, pyspark; "
-            "from txnsource.nativerule import JAR; "
+            "from coordinator.jvm import JAR; "
             "print(pyspark.__version__, md.version('txnlog'), pyspark_txnlog.DefaultSource.name(), "
             "JAR.is_file() and JAR.stat().st_size > 0)")
     out = subprocess.run([str(py), "-c", code], capture_output=True, text=True, env=env, timeout=300)

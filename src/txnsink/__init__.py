@@ -6,7 +6,8 @@ modules load only when they do.
 
 For users, :func:`write` (``txnsink.write(df, path, topic, key=...)``, usable inside ``foreachBatch``) appends a
 batch DataFrame through Spark's own Parquet writer where it can (:mod:`txnsink.native`), through the data source
-otherwise.
+otherwise; :func:`enable_native` makes ``df.write.format("txnlog")`` appends of a session do the same
+(:mod:`txnsink.writerule`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ if TYPE_CHECKING:
     from txnsink.native import WriteResult
     from txnsink.stream import TxnStreamWriter
 
-__all__ = ["make_stream_writer", "make_writer", "write"]
+from txnsink.writerule import disable_native, enable_native, native_enabled
+
+__all__ = ["disable_native", "enable_native", "make_stream_writer", "make_writer", "native_enabled", "write"]
 
 
 def make_writer(options: Mapping[str, str], schema: StructType, overwrite: bool) -> TxnBatchWriter:

@@ -40,6 +40,7 @@ from coordinator import (
     TxnLogError,
     open_store,
 )
+from txnsink.options import parse_options
 from txnsink.plan import WritePlan, plan_write
 from txnsink.staging import TaskIds, delete_segments, gather, stage_batches
 
@@ -139,13 +140,20 @@ def make_writer(options: Mapping[str, str], schema: StructType, overwrite: bool)
     """The batch writer for ``df.write.format("txnlog")`` (called on the driver, before any task).
 
     Raises:
-        InvalidOptionError: ``mode("overwrite")``, or a bad option (the message names key and value).
+        InvalidOptionError: ``mode("overwrite")``, ``writePath`` = ``native`` (the data source is the Python
+            path), or a bad option (the message names key and value).
         SchemaMismatchError: the DataFrame does not fit the existing topic.
     """
     if overwrite:
         raise InvalidOptionError(
             "save mode 'overwrite' is not supported: a txnlog topic is an append-only log whose offsets are never "
             "rewritten; use mode('append')"
+        )
+    if parse_options(options).write_path == "native":
+        raise InvalidOptionError(
+            "option writePath='native' cannot be honoured here: this append reached the Python data source. The "
+            "native write path takes format('txnlog') appends in a session where txnsink.enable_native(spark) is "
+            "in force; txnsink.write(df, ...) takes it in any classic session"
         )
     plan, store = plan_write(options, schema)
     opts = plan.options

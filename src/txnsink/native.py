@@ -31,8 +31,8 @@ decimals, microsecond timestamps). ``writePath`` = ``auto`` (the default) falls 
 ``df.write.format("txnlog")`` otherwise and says why in :attr:`WriteResult.reason`; ``native`` fails naming the
 reason. With a key, ``auto`` writes through the data source (its vectorised partitioner in the tasks is faster
 than the native path's partitioner UDF and ``partitionBy``); ``native`` still takes the native path.
-(``writePath`` cannot be an option of ``df.write.format("txnlog")``: a Python data source's writer already runs
-inside Python tasks, so :func:`write` is the API.)
+``df.write.format("txnlog")`` itself takes this path in a session with :func:`txnsink.enable_native` (its write rule
+calls :func:`write_options`); ``writePath`` is then an option of that write too.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator import InvalidOptionError, TransactionCoordinator
 from coordinator.segments import PRODUCER_TS, ROW_GROUP_ROWS
+from txnsink.options import WRITE_PATHS
 from txnsink.publish import PARTITION_COLUMN, abort_native, move_files, moved, spark_files, staging_folder
 
 if TYPE_CHECKING:
@@ -54,11 +55,13 @@ if TYPE_CHECKING:
     from coordinator import Store, TopicMeta
     from txnsink.plan import WritePlan
 
-__all__ = ["WRITE_PATHS", "NativeUnavailable", "WriteResult", "write"]
+__all__ = ["KEYED_REASON", "NativeUnavailable", "WriteResult", "spark_url", "write", "write_options"]
 
 log = logging.getLogger(__name__)
 
-WRITE_PATHS = ("auto", "native", "python")
+#: Why ``writePath`` = ``auto`` writes a keyed append through the data source (bench/bench_spark.py: the data
+#: source's vectorised partitioner in the tasks against the native path's partitioner UDF plus ``partitionBy``).
+KEYED_REASON = "keyed writes are faster through the data source"
 
 
 class NativeUnavailable(Exception):  # noqa: N818 - a reason, not an error the caller sees
@@ -113,21 +116,39 @@ def write(df: DataFrame, path: str, topic: str, *, key: str | Sequence[str] | No
             ``txnAppId``/``txnVersion`` publishes once).
     """
     text = {str(k): ("" if v is None else str(v)) for k, v in options.items()}
-    mode = "auto"
-    for k in list(text):
-        if k.lower() == "writepath":
-            mode = text.pop(k).strip().lower()
-    if mode not in WRITE_PATHS:
-        raise InvalidOptionError(f"option 'writePath' = {mode!r} is not one of {', '.join(WRITE_PATHS)}")
     if key is not None:
         text["partitionKey"] = key if isinstance(key, str) else ",".join(key)
     text["topic"] = topic
+    text["path"] = path
+    return write_options(df, text)
+
+
+def write_options(df: DataFrame, options: Mapping[str, str]) -> WriteResult:
+    """:func:`write` with every argument given as the write options of ``format("txnlog")`` (``path`` and
+    ``topic`` among them, ``partitionKey`` for the key, ``writePath`` for the path): what the write rule of
+    :func:`txnsink.enable_native` runs for ``df.write.format("txnlog")``.
+
+    Raises:
+        as :func:`write`.
+    """
+    text = dict(options)
+    mode = "auto"
+    path = ""
+    keyed = False
+    for k in list(text):
+        lk = k.lower()
+        if lk == "writepath":
+            mode = text.pop(k).strip().lower()
+        elif lk == "path":
+            path = text.pop(k)
+        elif lk == "partitionkey":
+            keyed = True
+    if mode not in WRITE_PATHS:
+        raise InvalidOptionError(f"option 'writePath' = {mode!r} is not one of {', '.join(WRITE_PATHS)}")
     if mode == "python":
         return _python_writer(df, path, text, None)
-    if mode == "auto" and key is not None:
-        # bench/bench_spark.py: keyed writes through the data source ran at 0.92x of Spark's Parquet writer, the
-        # native path's partitioner UDF plus partitionBy at 2.5x
-        return _python_writer(df, path, text, "keyed writes are faster through the data source")
+    if mode == "auto" and keyed:
+        return _python_writer(df, path, text, KEYED_REASON)
     try:
         return _native(df, path, text)
     except NativeUnavailable as why:
@@ -141,7 +162,7 @@ def _python_writer(df: DataFrame, path: str, options: Mapping[str, str], reason:
     writer = df.write.format("txnlog").mode("append")
     for k, v in options.items():
         writer = writer.option(k, v)
-    writer.save(path)
+    writer.option("writePath", "python").save(path)  # so that the write rule leaves it to the data source
     return WriteResult("python", reason)
 
 

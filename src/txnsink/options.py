@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 
 from coordinator import InvalidOptionError, StoreOptions, check_name
 
-__all__ = ["KNOWN_OPTIONS", "SinkOptions", "parse_options"]
+__all__ = ["KNOWN_OPTIONS", "WRITE_PATHS", "SinkOptions", "parse_options"]
 
 MAX_PARTITIONS = 10_000
 DEFAULT_SINK_TIMEOUT_MS = 24 * 3600 * 1000
+#: Values of ``writePath``: who writes a batch append (see :mod:`txnsink.native` and :mod:`txnsink.writerule`).
+WRITE_PATHS = ("auto", "native", "python")
 
 #: Every option key the writer understands (lower case).
 KNOWN_OPTIONS = frozenset(
@@ -30,6 +32,7 @@ KNOWN_OPTIONS = frozenset(
         "txnappid",
         "txnversion",
         "transactiontimeoutms",
+        "writepath",
     }
 ) | StoreOptions.KEYS
 
@@ -50,6 +53,9 @@ class SinkOptions:
             is above the last version committed for ``txn_app_id``.
         transaction_timeout_ms: how long a batch job's transaction may stay open before the timeout sweep aborts
             it (default 24 hours).
+        write_path: ``writePath``: ``auto`` (the native write path where it applies, else the data source),
+            ``native`` (the native path or an error) or ``python`` (the data source); the native path writes
+            ``format("txnlog")`` appends only in a session with :func:`txnsink.enable_native`.
         store: object-store access (credentials hidden from ``repr``).
     """
 
@@ -62,6 +68,7 @@ class SinkOptions:
     txn_app_id: str | None = None
     txn_version: int | None = None
     transaction_timeout_ms: int = DEFAULT_SINK_TIMEOUT_MS
+    write_path: str = "auto"
     store: StoreOptions = field(default_factory=StoreOptions)
 
 
@@ -135,6 +142,9 @@ def parse_options(options: Mapping[str, str]) -> SinkOptions:
     timeout = DEFAULT_SINK_TIMEOUT_MS
     if "transactiontimeoutms" in lower:
         timeout = _int_option("transactionTimeoutMs", lower["transactiontimeoutms"], 1, 2**62)
+    path = lower.get("writepath", "auto").strip().lower()
+    if path not in WRITE_PATHS:
+        raise InvalidOptionError(f"option writePath={lower['writepath']!r} is not one of {', '.join(WRITE_PATHS)}")
     return SinkOptions(
         root=root,
         topic=topic,
@@ -145,5 +155,6 @@ def parse_options(options: Mapping[str, str]) -> SinkOptions:
         txn_app_id=app,
         txn_version=version,
         transaction_timeout_ms=timeout,
+        write_path=path,
         store=StoreOptions.from_options(lower),
     )

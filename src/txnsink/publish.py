@@ -3,7 +3,8 @@ folder into segments of the topic's partitions, and publish them with one transa
 
 Each file is read once on the driver (its row count from the footer, its size and CRC-32 for the segment index),
 then moved into its partition's data folder under a name starting with the transaction id (a rename on a local
-store; a copy and a delete elsewhere), so GC judges it like any staged segment. The commit names exactly the moved
+store, made durable as the local store's own writes are: file data and folder entries synced before the commit;
+a copy and a delete elsewhere), so GC judges it like any staged segment. The commit names exactly the moved
 files; if anything fails before the commit is decided, the transaction is aborted through the log and the moved
 files are deleted, exactly as the batch sink's ``abort`` does.
 """
@@ -30,6 +31,7 @@ from coordinator import (
     TxnLogError,
     faults,
 )
+from coordinator.backends.local import fsync_dir, make_folder
 from coordinator.layout import NATIVE_STAGING, data_path, segment_name
 from coordinator.store_factory import local_path
 
@@ -103,10 +105,17 @@ def _move(store: Store, topic: str, txn: str, tag: str, f: SparkFile, index: int
     ref = SegmentRef(topic, f.partition, dst, rows, len(data), zlib.crc32(data))
     root = local_path(store.url)
     faults.point("native.move")
+
     if root is not None:
         target = os.path.join(root, dst)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        os.replace(os.path.join(root, f.path), target)
+        make_folder(os.path.dirname(target))
+        source = os.path.join(root, f.path)
+        fd = os.open(source, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # Spark's writer does not sync; a committed segment must survive a machine crash
+        finally:
+            os.close(fd)
+        os.replace(source, target)
     else:
         store.put(dst, data)
         store.delete(f.path)
@@ -123,7 +132,13 @@ def move_files(store: Store, topic: str, txn: str, tag: str, files: Sequence[Spa
     """
     from coordinator import parallel
 
-    return parallel.pmap(lambda item: _move(store, topic, txn, tag, item[1], item[0]), list(enumerate(files)))
+    refs = parallel.pmap(lambda item: _move(store, topic, txn, tag, item[1], item[0]), list(enumerate(files)))
+    root = local_path(store.url)
+    if root is not None:
+        # the renames, as the local store's own writes, are durable before the commit names them
+        parallel.pmap(lambda folder: fsync_dir(os.path.join(root, folder)),
+                      sorted({os.path.dirname(r.path) for r in refs}))
+    return refs
 
 
 def moved(store: Store, topic: str, partitions: int, txn: str, tag: str) -> list[SegmentRef]:

@@ -45,6 +45,7 @@ from coordinator import (
     app_txn_id,
     open_store,
 )
+from txnsink.options import parse_options
 from txnsink.plan import WritePlan, plan_write
 from txnsink.staging import TaskIds, delete_segments, gather, stage_batches
 
@@ -204,13 +205,19 @@ def make_stream_writer(options: Mapping[str, str], schema: StructType, overwrite
     """The streaming writer for ``df.writeStream.format("txnlog")`` (called on the driver for every micro-batch).
 
     Raises:
-        InvalidOptionError: ``outputMode("complete")``, a bad option, or ``txnAppId``/``txnVersion``.
+        InvalidOptionError: ``outputMode("complete")``, a bad option, ``txnAppId``/``txnVersion``, or
+            ``writePath`` = ``native``.
         SchemaMismatchError: the DataFrame does not fit the existing topic.
     """
     if overwrite:
         raise InvalidOptionError(
             "outputMode('complete') is not supported: a txnlog topic is an append-only log; use outputMode "
             "'append' (or 'update', which appends each micro-batch's updated rows)"
+        )
+    if parse_options(options).write_path == "native":
+        raise InvalidOptionError(
+            "option writePath='native' is for batch writes: a streaming query writes its micro-batches through the "
+            "data source (or write each one with txnsink.write inside foreachBatch)"
         )
     plan, _store = plan_write(options, schema)
     if plan.options.txn_app_id is not None:

@@ -7,7 +7,7 @@ the same snapshot as a Parquet scan instead, but it is a function: code written 
 reach it.
 
 :func:`enable_native` installs, in one classic session, an optimizer rule (``io.txnlog.spark.NativeReadRule``, a few
-dozen lines of Java shipped as ``txnsource/jars/txnlog-spark.jar`` and loaded at run time: no ``spark.jars``, no
+dozen lines of Java shipped in txnlog's jar (:mod:`coordinator.jvm`) and loaded at run time: no ``spark.jars``, no
 static configuration) that replaces each batch scan of ``format("txnlog")`` by the plan :func:`txnsource.read` builds
 for the same options and columns, whenever the native path applies (``readPath`` = ``auto`` or ``native``). The rule
 calls back into this driver process through py4j, once per scan each time a query is optimized, so every action
@@ -23,33 +23,25 @@ never replaced (their micro-batches are planned by the stream reader).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import sys
-import threading
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from coordinator import jvm as jvm_rules
 from coordinator.errors import InvalidOptionError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["JAR", "RULE", "disable_native", "enable_native", "native_enabled", "source_hash"]
+__all__ = ["RULE", "disable_native", "enable_native", "native_enabled"]
 
 log = logging.getLogger(__name__)
 
-#: The jar of the rule (built by ``scripts/build_jar.sh`` from ``jvm/src``).
-JAR = Path(__file__).parent / "jars" / "txnlog-spark.jar"
 #: The rule's class.
 RULE = "io.txnlog.spark.NativeReadRule"
 #: The data source short name whose scans the rule replaces.
 FORMAT = "txnlog"
-
-_loaders: dict[int, Any] = {}
-_lock = threading.Lock()
 
 
 class _Planner:
@@ -97,23 +89,6 @@ def _jvm_session(spark: SparkSession) -> Any:
     return jss
 
 
-def _loader(spark: SparkSession) -> Any:
-    """The class loader of :data:`JAR` (one per JVM), whose parent is Spark's."""
-    gw = spark.sparkContext._gateway
-    jvm = spark.sparkContext._jvm
-    assert gw is not None and jvm is not None
-    with _lock:
-        loader = _loaders.get(id(gw))
-        if loader is None:
-            if not JAR.is_file():
-                raise InvalidOptionError(f"txnlog's Spark jar is missing ({JAR}); reinstall txnlog")
-            urls = gw.new_array(jvm.java.net.URL, 1)
-            urls[0] = jvm.java.io.File(str(JAR)).toURI().toURL()
-            parent = jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
-            loader = _loaders[id(gw)] = jvm.java.net.URLClassLoader(urls, parent)
-        return loader
-
-
 def enable_native(spark: SparkSession) -> None:
     """Read ``spark.read.format("txnlog")`` batch scans of this session with Spark's own Parquet reader wherever
     the native path applies (see the module docstring). Calling it again changes nothing.
@@ -131,57 +106,16 @@ def enable_native(spark: SparkSession) -> None:
     jvm = spark.sparkContext._jvm
     assert gw is not None and jvm is not None
     ensure_callback_server_started(gw)
-    loader = _loader(spark)
-    thread = jvm.java.lang.Thread.currentThread()
-    previous = thread.getContextClassLoader()
-    thread.setContextClassLoader(loader)  # py4j resolves class names through it
-    try:
-        rule = getattr(jvm, RULE)(_Planner(spark), FORMAT)
-    except Exception as exc:
-        raise InvalidOptionError(f"txnlog's Spark jar does not load into this Spark: {exc}") from exc
-    finally:
-        thread.setContextClassLoader(previous)
-    _set_rules(spark, jss, [*_rules(jss), rule])
+    jvm_rules.add_rule(jvm, jss, jvm_rules.new_rule(gw, jvm, RULE, _Planner(spark), FORMAT))
 
 
 def disable_native(spark: SparkSession) -> None:
     """Undo :func:`enable_native` in this session (the data source reads every scan again)."""
     jss = _jvm_session(spark)
-    _set_rules(spark, jss, [r for r in _rules(jss) if r.getClass().getName() != RULE])
+    jvm_rules.remove_rule(spark.sparkContext._jvm, jss, RULE)
 
 
 def native_enabled(spark: SparkSession) -> bool:
     """Whether :func:`enable_native` is in force in this session (False for a Spark Connect session)."""
     jss = getattr(spark, "_jsparkSession", None)
-    return jss is not None and any(r.getClass().getName() == RULE for r in _rules(jss))
-
-
-def _rules(jss: Any) -> list[Any]:
-    seq = jss.experimental().extraOptimizations()
-    return [seq.apply(i) for i in range(seq.size())]
-
-
-def _set_rules(spark: SparkSession, jss: Any, rules: list[Any]) -> None:
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    jlist = jvm.java.util.ArrayList()
-    for r in rules:
-        jlist.add(r)
-    seq = jvm.scala.jdk.javaapi.CollectionConverters.asScala(jlist).toList()
-    getattr(jss.experimental(), "extraOptimizations_$eq")(seq)
-
-
-def source_hash(folder: str | Path) -> str:
-    """SHA-256 over the Java sources under ``folder`` (relative names and contents, in name order): what the jar
-    records as ``META-INF/txnlog-source.sha256``."""
-    root = Path(folder)
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.java")):
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
-
-
-if __name__ == "__main__":  # scripts/build_jar.sh
-    if sys.argv[1:] != ["--source-hash"]:
-        sys.exit("usage: python -m txnsource.nativerule --source-hash")
-    print(source_hash(Path(__file__).resolve().parents[2] / "jvm" / "src"))
+    return jss is not None and jvm_rules.has_rule(jss, RULE)

@@ -41,14 +41,16 @@ stores, rows, cp = json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 spark = SparkSession.builder.remote("local[2]").config("spark.sql.shuffle.partitions", "2").getOrCreate()
 assert isinstance(spark, ConnectSession), type(spark)
 step("session")
+import txnsink
 import txnsource
 from coordinator import InvalidOptionError
-try:
-    txnsource.enable_native(spark)
-    raise SystemExit("enable_native accepted a Connect session")
-except InvalidOptionError as exc:
-    assert "classic SparkSession" in str(exc), exc
-assert not txnsource.native_enabled(spark)
+for package in (txnsource, txnsink):
+    try:
+        package.enable_native(spark)
+        raise SystemExit(f"{package.__name__}.enable_native accepted a Connect session")
+    except InvalidOptionError as exc:
+        assert "classic SparkSession" in str(exc), exc
+    assert not package.native_enabled(spark)
 for name, (url, options) in stores.items():
     df = spark.range(0, rows, numPartitions=4).selectExpr("id", "concat('g', cast(id % 3 AS string)) AS grp")
     df.write.format("txnlog").options(**options).option("topic", "t").option("numPartitions", "2") \

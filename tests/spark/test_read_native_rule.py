@@ -15,7 +15,7 @@ from chispa import assert_df_equality
 
 import txnsource
 from coordinator import InvalidOptionError, Producer, create_topic, open_store
-from txnsource.nativerule import JAR, source_hash
+from coordinator.jvm import JAR, source_hash
 
 pytestmark = pytest.mark.spark
 

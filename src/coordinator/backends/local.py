@@ -10,7 +10,7 @@ import uuid
 from coordinator.errors import StoreError
 from coordinator.store import TEMP_PREFIX, ObjectInfo, Store, check_relative, folder_prefix
 
-__all__ = ["LocalStore"]
+__all__ = ["LocalStore", "fsync_dir", "make_folder"]
 
 
 class LocalStore(Store):
@@ -27,22 +27,10 @@ class LocalStore(Store):
     def _full(self, path: str) -> str:
         return os.path.join(self.root, *check_relative(path).split("/"))
 
-    def _make_folder(self, folder: str) -> None:
-        """Create ``folder`` and its missing parents, each made durable in its parent."""
-        if os.path.isdir(folder):
-            return
-        parent = os.path.dirname(folder)
-        if parent != folder:
-            self._make_folder(parent)
-        try:
-            os.mkdir(folder)
-        except FileExistsError:
-            return
-        _fsync_dir(parent)
 
     def _write_temp(self, full: str, data: bytes) -> str:
         folder = os.path.dirname(full)
-        self._make_folder(folder)
+        make_folder(folder)
         tmp = os.path.join(folder, f"{TEMP_PREFIX}{uuid.uuid4().hex}")
         with open(tmp, "wb") as fh:
             fh.write(data)
@@ -61,7 +49,7 @@ class LocalStore(Store):
                 return self._read_back_equal(path, data)
             finally:
                 os.unlink(tmp)
-            _fsync_dir(os.path.dirname(full))
+            fsync_dir(os.path.dirname(full))
         except OSError as exc:
             raise StoreError(f"local store write of {path!r} failed: {exc.strerror}") from exc
         return True
@@ -72,7 +60,7 @@ class LocalStore(Store):
         try:
             tmp = self._write_temp(full, data)
             os.replace(tmp, full)
-            _fsync_dir(os.path.dirname(full))
+            fsync_dir(os.path.dirname(full))
         except OSError as exc:
             raise StoreError(f"local store write of {path!r} failed: {exc.strerror}") from exc
 
@@ -137,7 +125,21 @@ def _page(names: builtins.list[str], start_after: str | None, limit: int | None)
     return out if limit is None else out[:limit]
 
 
-def _fsync_dir(folder: str) -> None:
+def make_folder(folder: str) -> None:
+    """Create ``folder`` and its missing parents, each made durable in its parent."""
+    if os.path.isdir(folder):
+        return
+    parent = os.path.dirname(folder)
+    if parent != folder:
+        make_folder(parent)
+    try:
+        os.mkdir(folder)
+    except FileExistsError:
+        return
+    fsync_dir(parent)
+
+
+def fsync_dir(folder: str) -> None:
     """Make a folder's entries (a link, a rename, a new subfolder) durable."""
     fd = os.open(folder, os.O_RDONLY)
     try:

@@ -1,0 +1,107 @@
+"""txnlog's JVM side: the jar of Spark optimizer rules (``io.txnlog.spark``) and how a driver loads it.
+
+The jar (``coordinator/jars/txnlog-spark.jar``, built by ``scripts/build_jar.sh`` from ``jvm/src``) holds the rules
+behind ``txnsource.enable_native`` (reads) and ``txnsink.enable_native`` (writes). It is loaded at run time into a
+running Spark driver through its py4j gateway, by a class loader whose parent is Spark's: no ``spark.jars``, no
+static configuration. This module only handles py4j objects the caller passes in; it never imports pyspark.
+
+Rules are installed in a session's ``experimental().extraOptimizations``, which holds them in a Scala list.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from coordinator.errors import InvalidOptionError
+
+__all__ = ["JAR", "add_rule", "has_rule", "new_rule", "remove_rule", "source_hash"]
+
+#: The jar of txnlog's Spark rules.
+JAR = Path(__file__).parent / "jars" / "txnlog-spark.jar"
+
+_loaders: dict[int, Any] = {}
+_lock = threading.Lock()
+
+
+def _loader(gateway: Any, jvm: Any) -> Any:
+    """The class loader of :data:`JAR` (one per JVM), whose parent is Spark's.
+
+    Raises:
+        InvalidOptionError: the jar is missing.
+    """
+    with _lock:
+        loader = _loaders.get(id(gateway))
+        if loader is None:
+            if not JAR.is_file():
+                raise InvalidOptionError(f"txnlog's Spark jar is missing ({JAR}); reinstall txnlog")
+            urls = gateway.new_array(jvm.java.net.URL, 1)
+            urls[0] = jvm.java.io.File(str(JAR)).toURI().toURL()
+            parent = jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
+            loader = _loaders[id(gateway)] = jvm.java.net.URLClassLoader(urls, parent)
+        return loader
+
+
+def new_rule(gateway: Any, jvm: Any, name: str, *args: Any) -> Any:
+    """A new instance of the jar's class ``name`` (a rule), constructed with ``args`` (py4j converts them).
+
+    Raises:
+        InvalidOptionError: the jar is missing or does not load into this JVM's Spark.
+    """
+    loader = _loader(gateway, jvm)
+    thread = jvm.java.lang.Thread.currentThread()
+    previous = thread.getContextClassLoader()
+    thread.setContextClassLoader(loader)  # py4j resolves class names through it
+    try:
+        return getattr(jvm, name)(*args)
+    except Exception as exc:
+        raise InvalidOptionError(f"txnlog's Spark jar does not load into this Spark: {exc}") from exc
+    finally:
+        thread.setContextClassLoader(previous)
+
+
+def _rules(jss: Any) -> list[Any]:
+    seq = jss.experimental().extraOptimizations()
+    return [seq.apply(i) for i in range(seq.size())]
+
+
+def _set_rules(jvm: Any, jss: Any, rules: list[Any]) -> None:
+    jlist = jvm.java.util.ArrayList()
+    for r in rules:
+        jlist.add(r)
+    seq = jvm.scala.jdk.javaapi.CollectionConverters.asScala(jlist).toList()
+    getattr(jss.experimental(), "extraOptimizations_$eq")(seq)
+
+
+def has_rule(jss: Any, name: str) -> bool:
+    """Whether the JVM session ``jss`` has a rule of class ``name``."""
+    return any(r.getClass().getName() == name for r in _rules(jss))
+
+
+def add_rule(jvm: Any, jss: Any, rule: Any) -> None:
+    """Append ``rule`` to the JVM session's extra optimizer rules."""
+    _set_rules(jvm, jss, [*_rules(jss), rule])
+
+
+def remove_rule(jvm: Any, jss: Any, name: str) -> None:
+    """Remove every rule of class ``name`` from the JVM session's extra optimizer rules."""
+    _set_rules(jvm, jss, [r for r in _rules(jss) if r.getClass().getName() != name])
+
+
+def source_hash(folder: str | Path) -> str:
+    """SHA-256 over the Java sources under ``folder`` (relative names and contents, in name order): what the jar
+    records as ``META-INF/txnlog-source.sha256``."""
+    root = Path(folder)
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.java")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+if __name__ == "__main__":  # scripts/build_jar.sh
+    if sys.argv[1:] != ["--source-hash"]:
+        sys.exit("usage: python -m coordinator.jvm --source-hash")
+    print(source_hash(Path(__file__).resolve().parents[2] / "jvm" / "src"))

@@ -1,0 +1,148 @@
+"""Spark's own Parquet writer behind ``df.write.format("txnlog")``: :func:`enable_native`.
+
+A Python data source's writer receives every row in a Python worker, which encodes it again with pyarrow; the
+native write path (:mod:`txnsink.native`) has Spark's Parquet writer write the segments and one txnlog transaction
+publish them, but it is a function (:func:`txnsink.write`): code written against ``format("txnlog")`` does not
+reach it.
+
+:func:`enable_native` installs, in one classic session, an optimizer rule (``io.txnlog.spark.NativeWriteRule``, in
+txnlog's jar: :mod:`coordinator.jvm`) that turns each batch append to ``format("txnlog")`` into a call of
+:func:`txnsink.native.write_options` with the same rows and options, whenever the native path may apply
+(``writePath`` = ``auto`` or ``native``). When the rule optimizes the write, it asks this driver process (through
+py4j) whether to take it, without touching the store: an append keyed with ``partitionKey`` stays with the data
+source under ``auto`` (faster there), and so does one with no ``topic`` option (rows routed by a ``topic`` column)
+or a store Spark's file system cannot name. When the write runs, :func:`~txnsink.native.write_options` writes and
+commits; where the native path turns out not to apply (a type Spark's Parquet writer does not write as txnlog
+does, a ``partition`` column, no ``hadoop-aws`` for ``s3://``), ``auto`` writes through the data source instead
+(``writePath`` = ``python``, which the rule leaves alone) and ``native`` fails naming the reason.
+
+The semantics are the data source's: one append is one transaction (``transactionalId`` fencing,
+``txnAppId``/``txnVersion`` idempotency, an ephemeral producer otherwise), and the same options are accepted. Errors
+reach the caller of ``save()`` as the Java exception of the failed Python call, whose message holds the txnlog
+error. Streaming writes are never rewritten (use :func:`txnsink.write` inside ``foreachBatch``), nor are appends of a
+Spark Connect client (the rule needs the driver's Python process).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from coordinator import jvm as jvm_rules
+from coordinator.errors import InvalidOptionError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["RULE", "disable_native", "enable_native", "native_enabled"]
+
+log = logging.getLogger(__name__)
+
+#: The rule's class.
+RULE = "io.txnlog.spark.NativeWriteRule"
+#: The data source short name whose appends the rule rewrites.
+FORMAT = "txnlog"
+
+
+def _reason(options: Mapping[str, str]) -> str | None:
+    """Why the native path cannot take a write with these options, from the options alone (no store access);
+    None when it may.
+
+    Raises:
+        InvalidOptionError: bad options (the data source then reports them as it always does).
+    """
+    from txnsink.native import KEYED_REASON, NativeUnavailable, spark_url
+    from txnsink.options import parse_options
+
+    opts = parse_options(options)
+    if opts.partition_key and opts.write_path == "auto":
+        return KEYED_REASON
+    if opts.topic is None:
+        return "rows name their topic in a topic column (the native path writes one named topic)"
+    try:
+        spark_url(opts.root)
+    except NativeUnavailable as why:
+        return str(why)
+    return None
+
+
+class _Writer:
+    """The rule's writer (``NativeWriteRule.Writer``), called by the JVM through py4j."""
+
+    class Java:
+        implements = [RULE + "$Writer"]
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+
+    def plan(self, options: Mapping[str, str], schema_json: str) -> Any:
+        """True (the native path writes), an error text (``writePath`` = ``native`` that cannot be honoured), or
+        None (the data source writes)."""
+        from txnsink.options import parse_options
+
+        text = {str(k): str(v) for k, v in options.items()}
+        try:
+            mode = parse_options(text).write_path
+            if mode == "python":
+                return None
+            why = _reason(text)
+        except Exception:  # noqa: BLE001 - the data source reports bad options as it always does
+            return None
+        if why is None:
+            return True
+        if mode == "native":
+            return f"option 'writePath' = 'native' cannot write this: {why}"
+        log.info("txnlog: writing through the Python data source: %s", why)
+        return None
+
+    def insert(self, dataset: Any, options: Mapping[str, str]) -> None:
+        """Write and commit the rows of ``dataset`` (a classic Java ``Dataset``) as :func:`write_options` does."""
+        from pyspark.sql.classic.dataframe import DataFrame
+
+        from txnsink.native import write_options
+
+        result = write_options(DataFrame(dataset, self.spark), {str(k): str(v) for k, v in options.items()})
+        log.info("txnlog: format('txnlog') append written by the %s path%s", result.path,
+                 f" ({result.reason})" if result.reason else "")
+
+
+def _jvm_session(spark: SparkSession) -> Any:
+    jss = getattr(spark, "_jsparkSession", None)
+    if jss is None:
+        raise InvalidOptionError("txnsink.enable_native needs a classic SparkSession: a Spark Connect client has "
+                                 "no driver process for the rule to write from (use the data source, or "
+                                 "txnsink.write on the server side)")
+    return jss
+
+
+def enable_native(spark: SparkSession) -> None:
+    """Write ``df.write.format("txnlog")`` batch appends of this session with Spark's own Parquet writer wherever
+    the native path applies (see the module docstring). Calling it again changes nothing.
+
+    Raises:
+        InvalidOptionError: ``spark`` is a Spark Connect session, or the jar is missing or does not load into this
+            Spark (the message says which).
+    """
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    jss = _jvm_session(spark)
+    if native_enabled(spark):
+        return
+    gw = spark.sparkContext._gateway
+    jvm = spark.sparkContext._jvm
+    assert gw is not None and jvm is not None
+    ensure_callback_server_started(gw)
+    jvm_rules.add_rule(jvm, jss, jvm_rules.new_rule(gw, jvm, RULE, _Writer(spark), FORMAT))
+
+
+def disable_native(spark: SparkSession) -> None:
+    """Undo :func:`enable_native` in this session (the data source writes every append again)."""
+    jss = _jvm_session(spark)
+    jvm_rules.remove_rule(spark.sparkContext._jvm, jss, RULE)
+
+
+def native_enabled(spark: SparkSession) -> bool:
+    """Whether :func:`enable_native` is in force in this session (False for a Spark Connect session)."""
+    jss = getattr(spark, "_jsparkSession", None)
+    return jss is not None and jvm_rules.has_rule(jss, RULE)
