@@ -198,3 +198,20 @@ def test_overwrite_is_still_refused(native: Any, lake: str) -> None:
     with pytest.raises(Exception, match="append-only"):
         frame(native, 10).write.format("txnlog").mode("overwrite").option("topic", "t").save(lake)
     assert topic_rows(lake, "t").num_rows == 10
+
+
+def test_txnlog_to_txnlog_with_both_rules(native: Any, lake: str) -> None:
+    import txnsource
+
+    df = frame(native, 1000, parts=2)
+    append(df, lake, "src", numPartitions="2")
+    txnsource.enable_native(native)
+    try:
+        src = native.read.format("txnlog").option("topic", "src").load(lake)
+        src.select(*df.columns).write.format("txnlog").option("topic", "dst").mode("append").save(lake)
+        src.select(*df.columns).write.format("txnlog").option("topic", "src").mode("append").save(lake)
+    finally:
+        txnsource.disable_native(native)
+    assert writers(lake, "dst", 1) == {"native"}
+    same_everywhere(native, lake, "dst", df)
+    assert topic_rows(lake, "src").num_rows == 2000  # a topic appended to from its own snapshot: read once
