@@ -13,12 +13,13 @@ from __future__ import annotations
 import hashlib
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from coordinator.errors import InvalidOptionError
 
-__all__ = ["JAR", "add_rule", "has_rule", "new_rule", "remove_rule", "source_hash"]
+__all__ = ["JAR", "disable", "enable", "enabled", "jvm_session", "source_hash"]
 
 #: The jar of txnlog's Spark rules.
 JAR = Path(__file__).parent / "jars" / "txnlog-spark.jar"
@@ -76,19 +77,52 @@ def _set_rules(jvm: Any, jss: Any, rules: list[Any]) -> None:
     getattr(jss.experimental(), "extraOptimizations_$eq")(seq)
 
 
-def has_rule(jss: Any, name: str) -> bool:
-    """Whether the JVM session ``jss`` has a rule of class ``name``."""
-    return any(r.getClass().getName() == name for r in _rules(jss))
+def jvm_session(spark: Any, caller: str, instead: str) -> Any:
+    """The JVM ``SparkSession`` behind the Python session ``spark``.
+
+    Raises:
+        InvalidOptionError: ``spark`` is a Spark Connect session (the message names ``caller`` and what to use
+            ``instead``).
+    """
+    jss = getattr(spark, "_jsparkSession", None)
+    if jss is None:
+        raise InvalidOptionError(f"{caller} needs a classic SparkSession: a Spark Connect client has no driver "
+                                 f"process for the rule to call back into ({instead})")
+    return jss
 
 
-def add_rule(jvm: Any, jss: Any, rule: Any) -> None:
-    """Append ``rule`` to the JVM session's extra optimizer rules."""
-    _set_rules(jvm, jss, [*_rules(jss), rule])
+def enable(spark: Any, rule: str, callback: Any, fmt: str, start_callbacks: Callable[[Any], None],
+           caller: str, instead: str) -> None:
+    """Install the rule of class ``rule``, constructed with the py4j callback object ``callback`` and the data
+    source name ``fmt``, in the classic session ``spark``, unless one is there already. ``start_callbacks``
+    starts py4j's callback server on the session's gateway (pyspark's ``ensure_callback_server_started``).
+
+    Raises:
+        InvalidOptionError: ``spark`` is a Spark Connect session, or the jar is missing or does not load.
+    """
+    jss = jvm_session(spark, caller, instead)
+    if enabled(spark, rule):
+        return
+    gw = spark.sparkContext._gateway
+    jvm = spark.sparkContext._jvm
+    start_callbacks(gw)
+    _set_rules(jvm, jss, [*_rules(jss), new_rule(gw, jvm, rule, callback, fmt)])
 
 
-def remove_rule(jvm: Any, jss: Any, name: str) -> None:
-    """Remove every rule of class ``name`` from the JVM session's extra optimizer rules."""
-    _set_rules(jvm, jss, [r for r in _rules(jss) if r.getClass().getName() != name])
+def disable(spark: Any, rule: str, caller: str, instead: str) -> None:
+    """Remove every rule of class ``rule`` from the classic session ``spark``.
+
+    Raises:
+        InvalidOptionError: ``spark`` is a Spark Connect session.
+    """
+    jss = jvm_session(spark, caller, instead)
+    _set_rules(spark.sparkContext._jvm, jss, [r for r in _rules(jss) if r.getClass().getName() != rule])
+
+
+def enabled(spark: Any, rule: str) -> bool:
+    """Whether the session ``spark`` has a rule of class ``rule`` (False for a Spark Connect session)."""
+    jss = getattr(spark, "_jsparkSession", None)
+    return jss is not None and any(r.getClass().getName() == rule for r in _rules(jss))
 
 
 def source_hash(folder: str | Path) -> str:

@@ -29,7 +29,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from coordinator import jvm as jvm_rules
-from coordinator.errors import InvalidOptionError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -42,6 +41,8 @@ log = logging.getLogger(__name__)
 RULE = "io.txnlog.spark.NativeReadRule"
 #: The data source short name whose scans the rule replaces.
 FORMAT = "txnlog"
+CALLER = "txnsource.enable_native"
+INSTEAD = "use the data source, or txnsource.read on the server side"
 
 
 class _Planner:
@@ -80,15 +81,6 @@ class _Planner:
         return None
 
 
-def _jvm_session(spark: SparkSession) -> Any:
-    jss = getattr(spark, "_jsparkSession", None)
-    if jss is None:
-        raise InvalidOptionError("txnsource.enable_native needs a classic SparkSession: a Spark Connect client has "
-                                 "no driver process for the rule to plan in (use the data source, or "
-                                 "txnsource.read on the server side)")
-    return jss
-
-
 def enable_native(spark: SparkSession) -> None:
     """Read ``spark.read.format("txnlog")`` batch scans of this session with Spark's own Parquet reader wherever
     the native path applies (see the module docstring). Calling it again changes nothing.
@@ -99,23 +91,14 @@ def enable_native(spark: SparkSession) -> None:
     """
     from pyspark.java_gateway import ensure_callback_server_started
 
-    jss = _jvm_session(spark)
-    if native_enabled(spark):
-        return
-    gw = spark.sparkContext._gateway
-    jvm = spark.sparkContext._jvm
-    assert gw is not None and jvm is not None
-    ensure_callback_server_started(gw)
-    jvm_rules.add_rule(jvm, jss, jvm_rules.new_rule(gw, jvm, RULE, _Planner(spark), FORMAT))
+    jvm_rules.enable(spark, RULE, _Planner(spark), FORMAT, ensure_callback_server_started, CALLER, INSTEAD)
 
 
 def disable_native(spark: SparkSession) -> None:
     """Undo :func:`enable_native` in this session (the data source reads every scan again)."""
-    jss = _jvm_session(spark)
-    jvm_rules.remove_rule(spark.sparkContext._jvm, jss, RULE)
+    jvm_rules.disable(spark, RULE, CALLER, INSTEAD)
 
 
 def native_enabled(spark: SparkSession) -> bool:
     """Whether :func:`enable_native` is in force in this session (False for a Spark Connect session)."""
-    jss = getattr(spark, "_jsparkSession", None)
-    return jss is not None and jvm_rules.has_rule(jss, RULE)
+    return jvm_rules.enabled(spark, RULE)
