@@ -3,8 +3,9 @@
 1. batch write: ``df.write.format("txnlog")`` (the Python data source, and in a session with
    :func:`txnsink.enable_native` its native rule) and the native write path (``txnsink.write``), without a key and
    keyed on the timestamp column, against Spark's own Parquet writer (``df.write.parquet``), interleaved run by run
-   (``--write-runs``, default 3, after ``--write-warmup`` untimed runs, default 1): each row reports the median
-   time and the median and max ratio over the runs;
+   (``--write-runs``, default 3, after ``--write-warmup`` untimed runs, default 2: the JVM's JIT and heap settle
+   over the first two, where single writes of either side took up to 2x their later time; ``--writes`` picks
+   some of the txnlog writes): each row reports the median time and the median and max ratio over the runs;
 2. batch reads (see :mod:`bench_read`): every column into the ``noop`` sink, an aggregate over all six columns,
    an aggregate over two of them, through the data source (``spark.read.format("txnlog")``) and the native path
    (``txnsource.read``), against Spark's Parquet reader; and a streaming read of 1,000 records of a 1M-record
@@ -13,7 +14,8 @@
    sink, and a txnlog -> txnlog pipeline; time per micro-batch.
 
     python bench/bench_spark.py [--rows 10000000] [--partitions 8] [--batches 10] [--repeat 2] [--read-rounds 5]
-                                [--write-runs 3] [--write-warmup 1] [--writes-only]
+                                [--write-runs 3] [--write-warmup 2] [--writes-only]
+                                [--writes source,rule,native,source_keyed,native_keyed]
 
 It prints the timings and ratios (txnlog / Spark; below 1 means txnlog was faster).
 """
@@ -27,7 +29,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from bench_read import print_reads, read_measures
@@ -73,10 +75,16 @@ def best(fn: Callable[[], Any], repeat: int, reset: Callable[[], None] | None = 
     return min(times)
 
 
-def write_runs(spark: Any, df: Any, tmp: str, partitions: int, runs: int, warmup: int = 1) -> dict[str, list[float]]:
+#: The txnlog writes, each timed against Spark's Parquet writer.
+WRITES = ("source", "rule", "native", "source_keyed", "native_keyed")
+
+
+def write_runs(spark: Any, df: Any, tmp: str, partitions: int, runs: int, warmup: int = 1,
+               only: Sequence[str] = ()) -> dict[str, list[float]]:
     """Seconds of each write per run, interleaved (Spark's Parquet writer first in every run), after ``warmup``
     untimed runs of every write (Python workers started, modules imported, JIT warm on both sides). The data
-    source's unkeyed write of the last run stays in ``{tmp}/lake`` (topic ``bench``) for the reads."""
+    source's unkeyed write of the last run stays in ``{tmp}/lake`` (topic ``bench``) for the reads. ``only``:
+    the txnlog writes to run (names of :data:`WRITES`), all when empty."""
     import txnsink
 
     lake = f"{tmp}/lake"
@@ -106,6 +114,7 @@ def write_runs(spark: Any, df: Any, tmp: str, partitions: int, runs: int, warmup
     }
     folders = {"spark": "parquet", "source": "lake", "rule": "lake-rule", "native": "lake-native",
                "source_keyed": "lake-keyed", "native_keyed": "lake-native"}
+    writes = {k: fn for k, fn in writes.items() if k == "spark" or not only or k in only}
     times: dict[str, list[float]] = {k: [] for k in writes}
     for run in range(warmup + runs):
         for name, fn in writes.items():
@@ -132,6 +141,8 @@ def print_writes(times: dict[str, list[float]]) -> None:
     print(f"\nbatch write vs Spark's Parquet writer ({len(spark)} interleaved runs after a warm-up; ratio per run)")
     print(f"{'':<34}{'txnlog s':>10}{'Spark s':>10}{'median':>8}{'max':>8}{'target':>8}   per run")
     for label, name, target in rows:
+        if name not in times:
+            continue
         ratios = [t / s for t, s in zip(times[name], spark, strict=True)]
         print(f"{label:<34}{statistics.median(times[name]):>10.1f}{statistics.median(spark):>10.1f}"
               f"{statistics.median(ratios):>7.2f}x{max(ratios):>7.2f}x{target:>8}   "
@@ -155,8 +166,10 @@ def main() -> None:
     ap.add_argument("--read-rounds", type=int, default=5, help="rounds of the read measures (medians)")
     ap.add_argument("--cores", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--write-runs", type=int, default=3, help="interleaved runs of the batch writes")
-    ap.add_argument("--write-warmup", type=int, default=1, help="untimed interleaved runs before them")
+    ap.add_argument("--write-warmup", type=int, default=2, help="untimed interleaved runs before them")
     ap.add_argument("--writes-only", action="store_true", help="only the batch writes (no reads, no streaming)")
+    ap.add_argument("--writes", default="", help=f"comma-separated txnlog writes to run with --writes-only, of "
+                    f"{','.join(WRITES)} (default: all)")
     args = ap.parse_args()
 
     spark = session(args.cores)
@@ -165,7 +178,11 @@ def main() -> None:
         df = bench_frame(spark, args.rows, args.partitions)
         parquet, lake = f"{tmp}/parquet", f"{tmp}/lake"
 
-        writes = write_runs(spark, df, tmp, args.partitions, args.write_runs, args.write_warmup)
+        only = [w for w in args.writes.split(",") if w] if args.writes_only else []
+        unknown = sorted(set(only) - set(WRITES))
+        if unknown:
+            ap.error(f"--writes: unknown {', '.join(unknown)}; known: {', '.join(WRITES)}")
+        writes = write_runs(spark, df, tmp, args.partitions, args.write_runs, args.write_warmup, only)
         if args.writes_only:
             print(f"\n{args.rows:,} rows; {args.partitions} partitions; local[{args.cores}]")
             print_writes(writes)
