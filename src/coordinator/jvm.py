@@ -1,9 +1,11 @@
-"""txnlog's JVM side: the jar of Spark optimizer rules (``io.txnlog.spark``) and how a driver loads it.
+"""txnlog's JVM side: the jar of Spark classes (``io.txnlog.spark``) and how a driver loads it.
 
 The jar (``coordinator/jars/txnlog-spark.jar``, built by ``scripts/build_jar.sh`` from ``jvm/src``) holds the rules
-behind ``txnsource.enable_native`` (reads) and ``txnsink.enable_native`` (writes). It is loaded at run time into a
-running Spark driver through its py4j gateway, by a class loader whose parent is Spark's: no ``spark.jars``, no
-static configuration. This module only handles py4j objects the caller passes in; it never imports pyspark.
+behind ``txnsource.enable_native`` (reads) and ``txnsink.enable_native`` (writes), and the keyed Parquet format of
+the native write path (``KeyedParquetFormat``, the ``txnlog-v2`` partitioner in the JVM). It is loaded at run time
+into a running Spark driver through its py4j gateway, by a class loader whose parent is Spark's: no ``spark.jars``,
+no static configuration; a keyed write adds it to the Spark context for the executors. This module only handles
+py4j objects the caller passes in; it never imports pyspark.
 
 Rules are installed in a session's ``experimental().extraOptimizations``, which holds them in a Scala list.
 """
@@ -19,7 +21,7 @@ from typing import Any
 
 from coordinator.errors import InvalidOptionError
 
-__all__ = ["JAR", "disable", "enable", "enabled", "jvm_session", "source_hash"]
+__all__ = ["JAR", "disable", "enable", "enabled", "jvm_session", "keyed_writes", "source_hash"]
 
 #: The jar of txnlog's Spark rules.
 JAR = Path(__file__).parent / "jars" / "txnlog-spark.jar"
@@ -46,8 +48,8 @@ def _loader(gateway: Any, jvm: Any) -> Any:
         return loader
 
 
-def new_rule(gateway: Any, jvm: Any, name: str, *args: Any) -> Any:
-    """A new instance of the jar's class ``name`` (a rule), constructed with ``args`` (py4j converts them).
+def new_object(gateway: Any, jvm: Any, name: str, *args: Any) -> Any:
+    """A new instance of the jar's class ``name``, constructed with ``args`` (py4j converts them).
 
     Raises:
         InvalidOptionError: the jar is missing or does not load into this JVM's Spark.
@@ -62,6 +64,16 @@ def new_rule(gateway: Any, jvm: Any, name: str, *args: Any) -> Any:
         raise InvalidOptionError(f"txnlog's Spark jar does not load into this Spark: {exc}") from exc
     finally:
         thread.setContextClassLoader(previous)
+
+
+def keyed_writes(spark: Any) -> Any:
+    """The jar's ``io.txnlog.spark.KeyedWrites`` for the classic session ``spark``: its ``save(writer, path)`` runs
+    a ``KeyedParquetFormat`` write (the jar shipped to the executors first).
+
+    Raises:
+        InvalidOptionError: the jar is missing or does not load into this JVM's Spark.
+    """
+    return new_object(spark.sparkContext._gateway, spark.sparkContext._jvm, "io.txnlog.spark.KeyedWrites")
 
 
 def _rules(jss: Any) -> list[Any]:
@@ -106,7 +118,7 @@ def enable(spark: Any, rule: str, callback: Any, fmt: str, start_callbacks: Call
     gw = spark.sparkContext._gateway
     jvm = spark.sparkContext._jvm
     start_callbacks(gw)
-    _set_rules(jvm, jss, [*_rules(jss), new_rule(gw, jvm, rule, callback, fmt)])
+    _set_rules(jvm, jss, [*_rules(jss), new_object(gw, jvm, rule, callback, fmt)])
 
 
 def disable(spark: Any, rule: str, caller: str, instead: str) -> None:

@@ -59,9 +59,11 @@ __all__ = ["KEYED_REASON", "NativeUnavailable", "WriteResult", "spark_url", "wri
 
 log = logging.getLogger(__name__)
 
-#: Why ``writePath`` = ``auto`` writes a keyed append through the data source (bench/bench_spark.py: the data
-#: source's vectorised partitioner in the tasks against the native path's partitioner UDF plus ``partitionBy``).
-KEYED_REASON = "keyed writes are faster through the data source"
+#: Why ``writePath`` = ``auto`` writes a keyed append through the data source when the JVM partitioner cannot place
+#: its rows (bench/bench_spark.py: the data source's vectorised partitioner in the tasks against the native path's
+#: partitioner UDF plus ``partitionBy``).
+KEYED_REASON = ("the key's types or the topic's partitioner have no JVM partitioner, and keyed writes are then "
+                "faster through the data source")
 
 
 class NativeUnavailable(Exception):  # noqa: N818 - a reason, not an error the caller sees
@@ -134,23 +136,18 @@ def write_options(df: DataFrame, options: Mapping[str, str]) -> WriteResult:
     text = dict(options)
     mode = "auto"
     path = ""
-    keyed = False
     for k in list(text):
         lk = k.lower()
         if lk == "writepath":
             mode = text.pop(k).strip().lower()
         elif lk == "path":
             path = text.pop(k)
-        elif lk == "partitionkey":
-            keyed = True
     if mode not in WRITE_PATHS:
         raise InvalidOptionError(f"option 'writePath' = {mode!r} is not one of {', '.join(WRITE_PATHS)}")
     if mode == "python":
         return _python_writer(df, path, text, None)
-    if mode == "auto" and keyed:
-        return _python_writer(df, path, text, KEYED_REASON)
     try:
-        return _native(df, path, text)
+        return _native(df, path, text, mode)
     except NativeUnavailable as why:
         if mode == "native":
             raise InvalidOptionError(f"option 'writePath' = 'native' cannot write this: {why}") from None
@@ -266,12 +263,41 @@ def partition_udf(meta: TopicMeta, key: Sequence[str]) -> Any:
         return arrow_udf(place, "int", ArrowUDFType.SCALAR)
 
 
-def _spark_write(frame: DataFrame, url: str, keyed: bool, fs_options: Mapping[str, str]) -> None:
-    """``frame.write.parquet(url)`` with microsecond timestamps and row groups of ``ROW_GROUP_ROWS`` rows.
+def jvm_key(meta: TopicMeta, key: Sequence[str], columns: Sequence[str]) -> list[int] | None:
+    """The key columns' positions in ``columns`` (the conformed frame's) when the jar's JVM partitioner places rows
+    as the topic's own partitioner does (``txnlog-v2``, keys of integers, booleans, floats, dates, microsecond
+    timestamps, strings or binaries); None otherwise (the partitioner UDF places them)."""
+    import pyarrow as pa
+
+    from coordinator.partitioner import CURRENT, partitioner_of
+
+    if partitioner_of(meta) != CURRENT:
+        return None
+    for k in key:
+        t = meta.schema.field(k).type
+        if not (pa.types.is_signed_integer(t) or pa.types.is_boolean(t) or pa.types.is_float32(t)
+                or pa.types.is_float64(t) or pa.types.is_date32(t) or (pa.types.is_timestamp(t) and t.unit == "us")
+                or pa.types.is_string(t) or pa.types.is_binary(t)):
+            return None
+    return [list(columns).index(k) for k in key]
+
+
+def _spark_write(frame: DataFrame, url: str, keyed: bool, fs_options: Mapping[str, str],
+                 jvm_ordinals: Sequence[int] | None = None, partitions: int = 0) -> None:
+    """``frame.write.parquet(url)`` with microsecond timestamps and row groups of ``ROW_GROUP_ROWS`` rows; when
+    ``keyed``, one folder per partition: by the jar's ``KeyedParquetFormat`` over the key columns at
+    ``jvm_ordinals`` (no dictionary encoding: a task's rows spread over ``partitions`` files, each of which would
+    build its own dictionaries), else by ``partitionBy`` the partitioner UDF's column.
 
     Raises:
         NativeUnavailable: Spark has no file system for the URL's scheme.
+        InvalidOptionError: the jar is missing or does not load (``jvm_ordinals`` given).
     """
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors.exceptions.captured import UnknownException, convert_exception
+
+    from coordinator import jvm
+
     spark = frame.sparkSession
     conf = "spark.sql.parquet.outputTimestampType"
     old = spark.conf.get(conf, None)
@@ -280,9 +306,21 @@ def _spark_write(frame: DataFrame, url: str, keyed: bool, fs_options: Mapping[st
         w = frame.write.option("compression", "snappy").option("parquet.block.row.count.limit", str(ROW_GROUP_ROWS))
         for k, v in fs_options.items():
             w = w.option(k, v)
-        if keyed:
-            w = w.partitionBy(PARTITION_COLUMN)
-        w.parquet(url)
+        if jvm_ordinals is not None:
+            w = w.option("txnlog.key", ",".join(str(i) for i in jvm_ordinals)) \
+                .option("txnlog.partitions", str(partitions)).option("txnlog.folder", PARTITION_COLUMN) \
+                .option("parquet.enable.dictionary", "false")
+            try:
+                jvm.keyed_writes(spark).save(w._jwrite, url)
+            except Py4JJavaError as e:
+                converted = convert_exception(e.java_exception)
+                if isinstance(converted, UnknownException):
+                    raise
+                raise converted from None
+        else:
+            if keyed:
+                w = w.partitionBy(PARTITION_COLUMN)
+            w.parquet(url)
     except Exception as exc:
         text = str(exc)
         if "No FileSystem for scheme" in text or ("FileSystem" in text and "ClassNotFoundException" in text):
@@ -309,7 +347,7 @@ def _remove_folder(store: Store, folder: str) -> None:
     parallel.pmap(lambda i: store.delete(i.path), store.list_info(folder))
 
 
-def _native(df: DataFrame, path: str, options: Mapping[str, str]) -> WriteResult:
+def _native(df: DataFrame, path: str, options: Mapping[str, str], mode: str) -> WriteResult:
     from txnsink.plan import plan_write
 
     spark_url(path)  # an in-memory store fails here, before the topic is created
@@ -324,12 +362,15 @@ def _native(df: DataFrame, path: str, options: Mapping[str, str]) -> WriteResult
         return WriteResult("native", skipped=True, rows=0, segments=0)
     key = [plan.renames.get(c, c) for c in plan.options.partition_key]
     frame = conformed(df, plan, meta)
-    if key:
+    ordinals = jvm_key(meta, key, frame.columns) if key else None
+    if key and ordinals is None:
+        if mode == "auto":
+            raise NativeUnavailable(KEYED_REASON)
         frame = frame.withColumn(PARTITION_COLUMN, partition_udf(meta, key)(*[frame[f"`{k}`"] for k in key]))
     tag = uuid.uuid4().hex[:16]
     folder = staging_folder(tag)
     try:
-        _spark_write(frame, f"{url}/{folder}", bool(key), hadoop_options(plan))
+        _spark_write(frame, f"{url}/{folder}", bool(key), hadoop_options(plan), ordinals, meta.partitions)
         files = spark_files(store, folder, meta.partitions, plan.rotation, bool(key))
         return _publish(store, plan, meta, tag, files)
     finally:

@@ -53,12 +53,10 @@ def _reason(options: Mapping[str, str]) -> str | None:
     Raises:
         InvalidOptionError: bad options (the data source then reports them as it always does).
     """
-    from txnsink.native import KEYED_REASON, NativeUnavailable, spark_url
+    from txnsink.native import NativeUnavailable, spark_url
     from txnsink.options import parse_options
 
     opts = parse_options(options)
-    if opts.partition_key and opts.write_path == "auto":
-        return KEYED_REASON
     if opts.topic is None:
         return "rows name their topic in a topic column (the native path writes one named topic)"
     try:

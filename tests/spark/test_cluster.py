@@ -3,7 +3,8 @@ JVM, and an executor JVM per worker, started by the pip-installed pyspark), on t
 S3 endpoint with credentials passed as options.
 
 * batch: a write and a read, each with an executor SIGKILLed mid-stage (its tasks rerun on another executor), and
-  the native read path (``txnsource.read`` with ``readPath``); every row exactly once;
+  the native read path (``txnsource.read`` with ``readPath``); on the local store also the native path's keyed
+  write (the jar's partitioner in the executor JVMs), its executor SIGKILLed mid-stage too; every row exactly once;
 * streaming ``txnlog -> txnlog``: the driver (and with it the whole cluster) SIGKILLed mid-stream (a micro-batch
   past the middle of the input blocks in its tasks until then), then restarted from its checkpoint; every record
   exactly once.
@@ -34,7 +35,8 @@ import pyarrow as pa
 import pytest
 from read_helpers import produce
 
-from coordinator import TopicNotFoundError, create_topic, open_store, read_snapshot
+from coordinator import TopicNotFoundError, create_topic, get_topic, open_store, read_snapshot
+from coordinator.partitioner import partition_for
 from s3_lake import S3Lake
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
@@ -62,6 +64,7 @@ def session(master, **conf):
 
 BATCH_CHILD = SESSION + r'''
 from pyspark import TaskContext
+import txnsink
 import txnsource
 from coordinator import InvalidOptionError
 
@@ -116,6 +119,10 @@ for name, (url, options) in stores.items():
     python = txnsource.read(spark, url, topic="t", readPath="python", **options)
     result["python"] = sorted(r.id for r in python.select("id").collect())
     result["python_files"] = len(python.inputFiles())
+    if name == "local":  # the native path's keyed write: the jar's JVM partitioner, in the executor JVMs
+        kdf = spark.range(0, rows, numPartitions=tasks).selectExpr("id", "cast(id % 7 AS string) AS grp")
+        kdf = kdf.mapInArrow(paced(f"{name}-keyed"), kdf.schema)
+        result["keyed_path"] = txnsink.write(kdf, url, "k", key="grp", numPartitions=3).path
     print(json.dumps(result), flush=True)
 '''
 
@@ -199,7 +206,8 @@ def test_batch_write_and_read_with_an_executor_killed_mid_stage(tmp_path: Path, 
     script = tmp_path / "batch.py"
     script.write_text(BATCH_CHILD)
     out, log = tmp_path / "out.jsonl", tmp_path / "child.log"
-    jobs = [f"{store}-{job}" for store in where for job in ("write", "read")]
+    jobs = [f"{store}-{job}" for store in where for job in ("write", "read", "keyed")
+            if (store, job) != ("s3", "keyed")]
     with open(out, "wb") as sink, open(log, "wb") as err:
         child = subprocess.Popen([sys.executable, str(script), MASTER, json.dumps(where), str(marks), str(ROWS),
                                   str(TASKS), str(BLOCKED)], stdout=sink, stderr=err, start_new_session=True)
@@ -236,6 +244,12 @@ def test_batch_write_and_read_with_an_executor_killed_mid_stage(tmp_path: Path, 
     # no s3a file system in the pip-installed pyspark: `native` says so, `auto` falls back to the Python reader
     assert "native" not in results["s3"] and "readPath" in results["s3"]["native_refused"]
     assert results["s3"]["auto_files"] == 0
+    url = where["local"][0]
+    assert results["local"]["keyed_path"] == "native"
+    exactly_once(ids_of(url, {}, "k"), expected, "local keyed")
+    keyed = read_snapshot(url, ["k"])["k"]
+    assert keyed.column("_partition").to_pylist() == \
+        partition_for(keyed, ["grp"], 3, get_topic(open_store(url), "k")).tolist()
 
 
 def test_stream_with_its_driver_killed_mid_stream_is_exactly_once(tmp_path: Path, s3_lake: S3Lake) -> None:

@@ -99,12 +99,12 @@ def test_write_path_python_and_disable_keep_the_data_source(spark: Any, lake: st
     assert topic_rows(lake, "t").num_rows == topic_rows(lake, "u").num_rows == 100
 
 
-def test_keyed_appends_stay_with_the_data_source_unless_native_is_asked(native: Any, lake: str) -> None:
+def test_keyed_appends_go_native_where_the_jvm_partitioner_places_them(native: Any, lake: str) -> None:
     df = frame(native, 2000, parts=2)
-    append(df, lake, "py", numPartitions="4", partitionKey="customer")
-    append(df, lake, "nat", numPartitions="4", partitionKey="customer", writePath="native")
-    assert writers(lake, "py", 4) == {"python"}
+    append(df, lake, "nat", numPartitions="4", partitionKey="customer")
+    append(df, lake, "py", numPartitions="4", partitionKey="customer", writePath="python")
     assert writers(lake, "nat", 4) == {"native"}
+    assert writers(lake, "py", 4) == {"python"}
 
     def placement(topic: str) -> dict[int, int]:
         t = topic_rows(lake, topic)
@@ -112,6 +112,17 @@ def test_keyed_appends_stay_with_the_data_source_unless_native_is_asked(native: 
 
     assert placement("nat") == placement("py")  # the topic's partitioner, wherever the rows were hashed
     assert len(set(placement("nat").values())) == 4
+    # a decimal key has no JVM rule: `auto` leaves it to the data source, `native` takes the partitioner UDF
+    dec = df.selectExpr("id", "cast(id % 17 AS decimal(9, 1)) AS amount")
+    append(dec, lake, "dec", numPartitions="4", partitionKey="amount")
+    assert writers(lake, "dec", 4) == {"python"}
+    append(dec, lake, "dec", partitionKey="amount", writePath="native")
+    assert writers(lake, "dec", 4) == {"native", "python"}
+    rows = topic_rows(lake, "dec").to_pylist()
+    at: dict[int, set[int]] = {}
+    for r in rows:
+        at.setdefault(r["id"], set()).add(r["_partition"])
+    assert len(rows) == 4000 and all(len(ps) == 1 for ps in at.values())
 
 
 def test_where_native_cannot_write_auto_falls_back_and_native_fails_naming_why(native: Any, lake: str,

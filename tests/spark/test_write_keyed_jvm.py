@@ -1,0 +1,154 @@
+"""The native path's keyed write through the jar's ``KeyedParquetFormat``: the JVM partitioner places every row
+where the Python producer's ``txnlog-v2`` partitioner does, for every key type it takes (edge values and nulls
+included), the files it writes carry no dictionaries, and keys it cannot hash go to the partitioner UDF
+(``writePath=native``) or the data source (``auto``, saying why)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import txnsink
+from coordinator import create_topic, get_topic, open_store, read_snapshot
+from coordinator.layout import data_dir
+from coordinator.partitioner import LEGACY, partition_for
+
+pytestmark = pytest.mark.spark
+
+UTC = dt.UTC
+SCHEMA = pa.schema([
+    ("i8", pa.int8()), ("i16", pa.int16()), ("i32", pa.int32()), ("i64", pa.int64()), ("flag", pa.bool_()),
+    ("f32", pa.float32()), ("f64", pa.float64()), ("day", pa.date32()), ("ts", pa.timestamp("us", tz="UTC")),
+    ("ntz", pa.timestamp("us")), ("s", pa.string()), ("bin", pa.binary()),
+])
+#: Edge values per column (cycled over the rows), None among them.
+EDGES: dict[str, list[Any]] = {
+    "i8": [None, 0, -1, 1, -128, 127],
+    "i16": [None, 0, -1, -32768, 32767, 300],
+    "i32": [None, 0, -1, -2**31, 2**31 - 1, 123456],
+    "i64": [None, 0, -1, -2**63, 2**63 - 1, 1 << 40],
+    "flag": [None, True, False],
+    "f32": [None, 0.0, -0.0, float("nan"), float("inf"), -float("inf"), 1.5, -3.25e-20],
+    "f64": [None, 0.0, -0.0, float("nan"), float("inf"), -1e308, 5e-324, 0.1],
+    "day": [None, dt.date(1970, 1, 1), dt.date(1969, 12, 31), dt.date(1, 1, 1), dt.date(9999, 12, 31)],
+    "ts": [None, dt.datetime(1970, 1, 1, tzinfo=UTC), dt.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+           dt.datetime(2024, 2, 29, 12, 0, 0, 1, tzinfo=UTC)],
+    "ntz": [None, dt.datetime(1970, 1, 1), dt.datetime(1900, 1, 1, 0, 0, 0, 7), dt.datetime(2100, 1, 1)],
+    "s": [None, "", "a", "ü日本語", "x" * 200, "customer-42", "\x00\x01"],
+    "bin": [None, b"", b"\x00", b"\xff\xfe\x00\x01", bytes(range(256)), b"\x80"],
+}
+ROWS = 300
+PARTITIONS = 7
+
+
+def edge_table() -> pa.Table:
+    cols = {"id": pa.array(range(ROWS), pa.int64())}
+    for i, f in enumerate(SCHEMA):
+        values = EDGES[f.name]
+        cols[f.name] = pa.array([values[(r * (i + 1) + r // 7) % len(values)] for r in range(ROWS)], f.type)
+    return pa.table(cols)
+
+
+@pytest.fixture(scope="module")
+def edge_frame(spark: Any) -> Any:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    table = edge_table()
+    schema = from_arrow_schema(table.schema, prefer_timestamp_ntz=True)
+    return spark.createDataFrame(table.to_pylist(), schema).repartition(3)
+
+
+def rows_of(lake: str, topic: str) -> pa.Table:
+    return read_snapshot(lake, [topic])[topic]
+
+
+def placed_as_the_producer(lake: str, topic: str, key: list[str]) -> pa.Table:
+    core = rows_of(lake, topic)
+    meta = get_topic(open_store(lake), topic)
+    assert core.num_rows == ROWS and sorted(core.column("id").to_pylist()) == list(range(ROWS))
+    assert core.column("_partition").to_pylist() == partition_for(core, key, PARTITIONS, meta).tolist(), key
+    return core
+
+
+def test_every_key_type_lands_where_the_producer_puts_it(spark: Any, tmp_path: Any, edge_frame: Any) -> None:
+    lake = str(tmp_path / "lake")
+    store = open_store(lake)
+    keys = [[f.name] for f in SCHEMA] + [["s", "i64", "f64", "flag"], ["ts", "bin", "i8"]]
+    for n, key in enumerate(keys):
+        topic = f"k{n}"
+        create_topic(store, topic, pa.schema([("id", pa.int64()), *SCHEMA]), PARTITIONS)
+        got = txnsink.write(edge_frame, lake, topic, key=key)  # auto: the JVM partitioner applies
+        assert got.path == "native" and got.reason is None, (key, got)
+        core = placed_as_the_producer(lake, topic, key)
+        assert len(set(core.column("_partition").to_pylist())) > 1
+    # the values survive the trip (NaN, -0.0, the extreme dates and timestamps)
+    back = {r["id"]: r for r in rows_of(lake, "k0").to_pylist()}
+    for r in edge_table().to_pylist():
+        for name, v in r.items():
+            w = back[r["id"]][name]
+            assert (isinstance(v, float) and math.isnan(v) and math.isnan(w)) or v == w, (name, v, w)
+
+
+def test_keyed_files_have_no_dictionaries_and_bounded_row_groups(spark: Any, tmp_path: Any) -> None:
+    lake = str(tmp_path / "lake")
+    df = spark.range(0, 5000, 1, 2).selectExpr("id", "concat('c-', cast(id % 30 as string)) AS customer")
+    got = txnsink.write(df, lake, "t", key="customer", numPartitions=3)
+    assert got.path == "native" and got.segments is not None and 3 <= got.segments <= 6
+    files = [os.path.join(lake, data_dir("t", p), n) for p in range(3)
+             for n in os.listdir(os.path.join(lake, data_dir("t", p))) if n.endswith(".parquet")]
+    assert len(files) == got.segments
+    for f in files:
+        meta = pq.ParquetFile(f).metadata
+        for g in range(meta.num_row_groups):
+            for c in range(meta.num_columns):
+                col = meta.row_group(g).column(c)
+                assert not col.has_dictionary_page and not {"PLAIN_DICTIONARY", "RLE_DICTIONARY"} & set(
+                    col.encodings), (f, col.path_in_schema, col.encodings)
+    core = rows_of(lake, "t")
+    by_customer: dict[str, set[int]] = {}
+    for r in core.to_pylist():
+        by_customer.setdefault(r["customer"], set()).add(r["_partition"])
+    assert all(len(ps) == 1 for ps in by_customer.values()) and core.num_rows == 5000
+
+
+def test_keys_without_a_jvm_rule_take_the_udf_or_the_data_source(spark: Any, tmp_path: Any) -> None:
+    lake = str(tmp_path / "lake")
+    df = spark.range(0, 200, 1, 2).selectExpr("id", "cast(id % 13 AS decimal(10, 2)) AS amount",
+                                              "cast(id % 5 AS string) AS grp")
+    auto = txnsink.write(df, lake, "dec", key="amount", numPartitions=PARTITIONS)
+    assert auto.path == "python" and "no JVM partitioner" in (auto.reason or "")
+    native = txnsink.write(df, lake, "dec", key="amount", writePath="native")
+    assert native.path == "native"
+    core = rows_of(lake, "dec")
+    meta = get_topic(open_store(lake), "dec")
+    assert core.num_rows == 400
+    assert core.column("_partition").to_pylist() == partition_for(core, ["amount"], PARTITIONS, meta).tolist()
+    # a topic of the legacy partitioner: the JVM has no txnlog-v1
+    create_topic(open_store(lake), "old", pa.schema([("id", pa.int64()), ("amount", pa.decimal128(10, 2)),
+                                                     ("grp", pa.string())]), 3, config={"partitioner": LEGACY})
+    old = txnsink.write(df, lake, "old", key="grp")
+    assert old.path == "python" and "no JVM partitioner" in (old.reason or "")
+    forced = txnsink.write(df, lake, "old", key="grp", writePath="native")
+    assert forced.path == "native"
+    core = rows_of(lake, "old")
+    assert core.num_rows == 400
+    assert core.column("_partition").to_pylist() == partition_for(core, ["grp"], 3,
+                                                                  get_topic(open_store(lake), "old")).tolist()
+
+
+def test_values_are_hashed_as_the_topics_type(spark: Any, tmp_path: Any) -> None:
+    # the conformed frame casts to the topic's types before the JVM hashes: an int column written into a topic
+    # whose key column is int64 hashes as int64, as the producer does
+    lake = str(tmp_path / "lake")
+    create_topic(open_store(lake), "t", pa.schema([("k", pa.int64()), ("v", pa.string())]), PARTITIONS)
+    df = spark.range(0, 100, 1, 2).selectExpr("cast(id - 50 AS int) AS k", "cast(id AS string) AS v")
+    assert txnsink.write(df, lake, "t", key="k").path == "native"
+    core = rows_of(lake, "t")
+    meta = get_topic(open_store(lake), "t")
+    assert core.column("_partition").to_pylist() == partition_for(core, ["k"], PARTITIONS, meta).tolist()
