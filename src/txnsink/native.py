@@ -9,9 +9,11 @@ microseconds, row groups of :data:`coordinator.segments.ROW_GROUP_ROWS` rows), t
 commits them all as one transaction (:mod:`txnsink.publish`). Placement is the data source's:
 
 * without a key, Spark task ``i``'s files go to partition ``(r + i) % partitions`` for a random ``r`` per write;
-* with ``key``, each row's partition is the topic's partitioner over the key columns (:func:`partition_for`,
-  computed by an Arrow UDF that receives only the key columns), so a key lands where the Python producer puts it;
-  Spark writes one folder per partition (``partitionBy``).
+* with ``key``, each row's partition is the topic's partitioner over the key columns, so a key lands where the
+  Python producer puts it: computed in the JVM by the jar's ``KeyedParquetFormat``, which writes each task's rows
+  into one file per partition (no sort, no dictionary encoding) in the folders ``partitionBy`` would give, where
+  the key types and the topic's partitioner allow (:func:`jvm_key`); else by an Arrow UDF computing
+  :func:`partition_for` over the key columns, and ``partitionBy``.
 
 Idempotency as in the batch sink: with ``txnAppId``/``txnVersion`` a version not above the last committed one
 publishes nothing (checked before Spark writes anything, and again by the commit itself); without them, a fresh
@@ -29,8 +31,8 @@ through ``s3a://`` only with ``hadoop-aws`` on Spark's classpath), the topic is 
 ``partition`` routing column) and its columns have plain types (numbers, booleans, strings, binary, dates,
 decimals, microsecond timestamps). ``writePath`` = ``auto`` (the default) falls back to
 ``df.write.format("txnlog")`` otherwise and says why in :attr:`WriteResult.reason`; ``native`` fails naming the
-reason. With a key, ``auto`` writes through the data source (its vectorised partitioner in the tasks is faster
-than the native path's partitioner UDF and ``partitionBy``); ``native`` still takes the native path.
+reason. With a key the JVM partitioner cannot hash, ``auto`` writes through the data source (its vectorised
+partitioner in the tasks is faster than the partitioner UDF and ``partitionBy``); ``native`` takes the UDF.
 ``df.write.format("txnlog")`` itself takes this path in a session with :func:`txnsink.enable_native` (its write rule
 calls :func:`write_options`); ``writePath`` is then an option of that write too.
 """
