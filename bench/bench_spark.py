@@ -15,7 +15,7 @@
 
     python bench/bench_spark.py [--rows 10000000] [--partitions 8] [--batches 10] [--repeat 2] [--read-rounds 5]
                                 [--write-runs 3] [--write-warmup 2] [--writes-only]
-                                [--writes source,rule,native,source_keyed,native_keyed]
+                                [--writes source,rule,native,source_keyed,rule_keyed,native_keyed]
 
 It prints the timings and ratios (txnlog / Spark; below 1 means txnlog was faster).
 """
@@ -76,7 +76,7 @@ def best(fn: Callable[[], Any], repeat: int, reset: Callable[[], None] | None = 
 
 
 #: The txnlog writes, each timed against Spark's Parquet writer.
-WRITES = ("source", "rule", "native", "source_keyed", "native_keyed")
+WRITES = ("source", "rule", "native", "source_keyed", "rule_keyed", "native_keyed")
 
 
 def write_runs(spark: Any, df: Any, tmp: str, partitions: int, runs: int, warmup: int = 1,
@@ -110,10 +110,11 @@ def write_runs(spark: Any, df: Any, tmp: str, partitions: int, runs: int, warmup
     writes: dict[str, Callable[[], None]] = {
         "spark": parquet, "source": source(None, lake), "rule": source(None, f"{tmp}/lake-rule", "auto"),
         "native": native(None), "source_keyed": source("event_time", f"{tmp}/lake-keyed"),
+        "rule_keyed": source("event_time", f"{tmp}/lake-rule", "auto"),
         "native_keyed": native("event_time"),
     }
     folders = {"spark": "parquet", "source": "lake", "rule": "lake-rule", "native": "lake-native",
-               "source_keyed": "lake-keyed", "native_keyed": "lake-native"}
+               "source_keyed": "lake-keyed", "rule_keyed": "lake-rule", "native_keyed": "lake-native"}
     writes = {k: fn for k, fn in writes.items() if k == "spark" or not only or k in only}
     times: dict[str, list[float]] = {k: [] for k in writes}
     for run in range(warmup + runs):
@@ -137,8 +138,9 @@ def print_writes(times: dict[str, list[float]]) -> None:
     rows = [("data source, no key", "source", "1.1x"), ("data source, native rule, no key", "rule", "1.1x"),
             ("native path, no key", "native", "1.05x"),
             ("data source, keyed on timestamp", "source_keyed", "1.3x"),
+            ("data source, native rule, keyed", "rule_keyed", "1.3x"),
             ("native path, keyed on timestamp", "native_keyed", "1.3x")]
-    print(f"\nbatch write vs Spark's Parquet writer ({len(spark)} interleaved runs after a warm-up; ratio per run)")
+    print(f"\nbatch write vs Spark's Parquet writer ({len(spark)} interleaved runs after the warm-up; ratio per run)")
     print(f"{'':<34}{'txnlog s':>10}{'Spark s':>10}{'median':>8}{'max':>8}{'target':>8}   per run")
     for label, name, target in rows:
         if name not in times:
