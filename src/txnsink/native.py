@@ -295,8 +295,7 @@ def _spark_write(frame: DataFrame, url: str, keyed: bool, fs_options: Mapping[st
         NativeUnavailable: Spark has no file system for the URL's scheme.
         InvalidOptionError: the jar is missing or does not load (``jvm_ordinals`` given).
     """
-    from py4j.protocol import Py4JJavaError
-    from pyspark.errors.exceptions.captured import UnknownException, convert_exception
+    from pyspark.errors.exceptions.captured import capture_sql_exception
 
     from coordinator import jvm
 
@@ -312,13 +311,8 @@ def _spark_write(frame: DataFrame, url: str, keyed: bool, fs_options: Mapping[st
             w = w.option("txnlog.key", ",".join(str(i) for i in jvm_ordinals)) \
                 .option("txnlog.partitions", str(partitions)).option("txnlog.folder", PARTITION_COLUMN) \
                 .option("parquet.enable.dictionary", "false")
-            try:
-                jvm.keyed_writes(spark).save(w._jwrite, url)
-            except Py4JJavaError as e:
-                converted = convert_exception(e.java_exception)
-                if isinstance(converted, UnknownException):
-                    raise
-                raise converted from None
+            # Spark's errors as pyspark raises them from its own calls
+            capture_sql_exception(jvm.keyed_writes(spark).save)(w._jwrite, url)
         else:
             if keyed:
                 w = w.partitionBy(PARTITION_COLUMN)

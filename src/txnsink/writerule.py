@@ -9,11 +9,11 @@ reach it.
 txnlog's jar: :mod:`coordinator.jvm`) that turns each batch append to ``format("txnlog")`` into a call of
 :func:`txnsink.native.write_options` with the same rows and options, whenever the native path may apply
 (``writePath`` = ``auto`` or ``native``). When the rule optimizes the write, it asks this driver process (through
-py4j) whether to take it, without touching the store: an append keyed with ``partitionKey`` stays with the data
-source under ``auto`` (faster there), and so does one with no ``topic`` option (rows routed by a ``topic`` column)
-or a store Spark's file system cannot name. When the write runs, :func:`~txnsink.native.write_options` writes and
-commits; where the native path turns out not to apply (a type Spark's Parquet writer does not write as txnlog
-does, a ``partition`` column, no ``hadoop-aws`` for ``s3://``), ``auto`` writes through the data source instead
+py4j) whether to take it, without touching the store: an append with no ``topic`` option (rows routed by a
+``topic`` column) or to a store Spark's file system cannot name stays with the data source. When the write runs,
+:func:`~txnsink.native.write_options` writes and commits; where the native path turns out not to apply (a type
+Spark's Parquet writer does not write as txnlog does, a ``partition`` column, no ``hadoop-aws`` for ``s3://``, under
+``auto`` a key the JVM partitioner cannot hash), ``auto`` writes through the data source instead
 (``writePath`` = ``python``, which the rule leaves alone) and ``native`` fails naming the reason.
 
 The semantics are the data source's: one append is one transaction (``transactionalId`` fencing,

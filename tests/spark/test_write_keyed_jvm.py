@@ -152,3 +152,20 @@ def test_values_are_hashed_as_the_topics_type(spark: Any, tmp_path: Any) -> None
     core = rows_of(lake, "t")
     meta = get_topic(open_store(lake), "t")
     assert core.column("_partition").to_pylist() == partition_for(core, ["k"], PARTITIONS, meta).tolist()
+
+
+def test_a_task_failing_mid_write_fails_the_write_with_sparks_error_and_publishes_nothing(spark: Any,
+                                                                                          tmp_path: Any) -> None:
+    from pyspark.errors import PySparkException
+
+    lake = str(tmp_path / "lake")
+    ok = spark.range(0, 100, 1, 2).selectExpr("id", "cast(id % 5 AS string) AS grp")
+    assert txnsink.write(ok, lake, "t", key="grp", numPartitions=3).path == "native"
+    # a task that has written rows into several partitions' files when it fails
+    bad = spark.range(0, 3000, 1, 2).selectExpr(
+        "id", "if(id = 2500, raise_error('boom at 2500'), cast(id % 5 AS string)) AS grp")
+    with pytest.raises(PySparkException, match="boom at 2500"):
+        txnsink.write(bad, lake, "t", key="grp")
+    assert sorted(rows_of(lake, "t").column("id").to_pylist()) == list(range(100))
+    assert os.listdir(os.path.join(lake, "_native-staging")) == []
+    assert sum(len(os.listdir(os.path.join(lake, data_dir("t", p)))) for p in range(3)) <= 6
