@@ -2,17 +2,13 @@
 
 A Python data source can only hand Spark Arrow batches it decoded itself; Spark's Parquet reader decodes
 vectorised in the JVM, prunes columns and row groups, and costs no Python worker. :func:`read` therefore resolves a
-committed, transaction-consistent snapshot on the driver into segment files and row ranges, and builds Parquet scans
-of them (one per topic, unless it has many files), the metadata columns computed from Spark's own file metadata:
+committed, transaction-consistent snapshot on the driver into segment files and row ranges (this module: the plan),
+and builds Parquet scans of them (one per topic, unless it has many files) whose metadata columns are computed from
+per-file values and the row index Spark fills (:mod:`txnsource.scans`: the DataFrames):
 
-* per-file values are picked by a balanced tree of comparisons on ``_metadata.file_size`` (checked against the
-  commit records when the scan is built); files of equal size are told apart by ``_metadata.file_name``, compared
-  only for their rows;
-* ``_topic`` is a literal of the scan, ``_partition`` the file's partition (a filter on it only refers to file
-  metadata, so Spark prunes files with it);
-* ``_offset`` is the file's first offset plus the row's index in its file (:data:`ROW_COLUMN`, which Spark's
-  Parquet reader fills), ``_timestamp`` the commit time of the file (or, for a compacted file, of the run of rows
-  the row index falls in);
+* ``_topic`` is the scan's topic, ``_partition`` the file's partition, ``_offset`` the file's first offset plus the
+  row's index in its file (:data:`ROW_COLUMN`), ``_timestamp`` the commit time of the file (or, for a compacted file,
+  of the run of rows the row index falls in);
 * rows outside a slice (a range that starts or ends inside a file) are filtered on the row index.
 
 ``_producerTimestamp`` is the segment's own producer-time column, read like a data column (null in files written
@@ -38,12 +34,11 @@ from __future__ import annotations
 import logging
 import posixpath
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from coordinator.errors import InvalidOptionError
-from coordinator.segments import PRODUCER_TS
 from txnsource.options import ReadOptions, parse_options
 
 if TYPE_CHECKING:
@@ -57,6 +52,9 @@ log = logging.getLogger(__name__)
 
 #: Files per Parquet scan at most: bounds the depth and size of the per-file lookups.
 MAX_SCAN_FILES = 256
+#: The column Spark's Parquet reader fills with each row's index in its file when the read schema names it (what
+#: ``_metadata.row_index`` reads, without the per-row struct of metadata fields that ``_metadata`` costs).
+ROW_COLUMN = "_tmp_metadata_row_index"
 
 
 class NativeUnavailable(Exception):  # noqa: N818 - a reason, not an error the caller sees
@@ -265,7 +263,8 @@ def plan_scans(store: Store, opts: ReadOptions, root: str) -> list[NativeScan]:
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._~-]*")
 
 
-def _name(f: NativeFile) -> str:
+def file_name(f: NativeFile) -> str:
+    """The file's name (the last part of its URL)."""
     return posixpath.basename(f.url)
 
 
@@ -273,7 +272,7 @@ def _apart(a: NativeFile, b: NativeFile) -> bool:
     """Whether one scan's lookups can tell ``a`` and ``b`` apart: by size, else by a name Spark gives as is."""
     if a.size != b.size:
         return True
-    return _name(a) != _name(b) and all(_PLAIN_NAME.fullmatch(_name(f)) for f in (a, b))
+    return file_name(a) != file_name(b) and all(_PLAIN_NAME.fullmatch(file_name(f)) for f in (a, b))
 
 
 class _Group:
@@ -295,157 +294,12 @@ def _scan(topic: str, files: Sequence[NativeFile], listed: Mapping[str, Sequence
     """A scan of ``files``: their folders filtered by a glob of their names when that selects exactly them in
     the folders' listings (``listed``), else the files one by one."""
     folders = sorted({posixpath.dirname(f.url) for f in files})
-    wanted = {(posixpath.dirname(f.url), _name(f)) for f in files}
+    wanted = {(posixpath.dirname(f.url), file_name(f)) for f in files}
     names = {name for _folder, name in wanted}
     matched = {(d, n) for d in folders for n in listed[d] if n in names}
     if matched == wanted and all(_PLAIN_NAME.fullmatch(n) for n in names):
         return NativeScan(topic, tuple(files), tuple(folders), "{" + ",".join(sorted(names)) + "}")
     return NativeScan(topic, tuple(files), tuple(f.url for f in files), None)
-
-
-# -- the DataFrame --------------------------------------------------------------------------------------------
-
-
-#: The file metadata the per-file lookups compare: the size, and for files of equal size the name.
-SIZE, NAME = "_metadata.file_size", "_metadata.file_name"
-#: The column Spark's Parquet reader fills with each row's index in its file when the read schema names it (what
-#: ``_metadata.row_index`` reads, without the per-row struct of metadata fields that ``_metadata`` costs).
-ROW_COLUMN = "_tmp_metadata_row_index"
-#: The row index, failing the query instead of reading null should a Spark version stop filling the column.
-ROW = (f"coalesce({ROW_COLUMN}, raise_error('txnlog: Spark did not fill {ROW_COLUMN}; read with "
-       f"readPath=python'), 0L)")
-
-
-def _tree(key: str, bounds: Sequence[int], leaves: Sequence[str]) -> str:
-    """SQL for ``leaves[i]`` where ``bounds[i] <= key < bounds[i + 1]`` (``bounds`` ascending; the first and last
-    leaves also cover everything below and above): a balanced tree of comparisons, log2(n) deep."""
-    if len(leaves) == 1:
-        return leaves[0]
-    mid = len(leaves) // 2
-    return (f"CASE WHEN {key} < {bounds[mid]}L THEN {_tree(key, bounds[:mid], leaves[:mid])} "
-            f"ELSE {_tree(key, bounds[mid:], leaves[mid:])} END")
-
-
-def lookup(key: str, pairs: Sequence[tuple[int, str]]) -> str:
-    """SQL for the value paired with ``key``'s exact match among ``pairs`` (keys distinct; a key matching none
-    gets a neighbour's value), as :func:`_tree`; neighbours with the same value share a leaf."""
-    bounds: list[int] = []
-    leaves: list[str] = []
-    for k, v in sorted(pairs):
-        if not leaves or leaves[-1] != v:
-            bounds.append(k)
-            leaves.append(v)
-    return _tree(key, bounds, leaves)
-
-
-def _zero(dtype: Any) -> str:
-    """SQL of a non-null literal of ``dtype`` (to type a never-null column as not nullable). Typed literals, not
-    casts: a cast that could overflow would type the column nullable."""
-    from pyspark.sql import types as T
-
-    if isinstance(dtype, T.DecimalType):
-        return "0." + "0" * dtype.scale + "BD" if dtype.scale else "0BD"
-    simple = {T.ByteType: "0Y", T.ShortType: "0S", T.IntegerType: "0", T.LongType: "0L", T.FloatType: "0.0F",
-              T.DoubleType: "0.0D", T.StringType: "''", T.BinaryType: "X''", T.BooleanType: "false",
-              T.DateType: "DATE'1970-01-01'", T.TimestampType: "timestamp_micros(0)",
-              T.TimestampNTZType: "TIMESTAMP_NTZ'1970-01-01 00:00:00'"}
-    return simple[type(dtype)]
-
-
-def _quoted(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
-def file_lookup(files: Sequence[NativeFile], value: Callable[[NativeFile], str]) -> str:
-    """SQL for ``value(f)`` of the file ``f`` a row comes from: :func:`lookup` on :data:`SIZE`, and among files
-    of equal size (distinct names, :func:`_apart`) a comparison of :data:`NAME`."""
-    by_size: dict[int, list[NativeFile]] = {}
-    for f in files:
-        by_size.setdefault(f.size, []).append(f)
-    pairs = []
-    for size, same in by_size.items():
-        values = [value(f) for f in same]
-        leaf = values[-1]
-        if len(set(values)) > 1:
-            whens = " ".join(f"WHEN {NAME} = '{_name(f)}' THEN {v}"
-                             for f, v in zip(same[:-1], values[:-1], strict=True))
-            leaf = f"CASE {whens} ELSE {leaf} END"
-        pairs.append((size, leaf))
-    return lookup(SIZE, pairs)
-
-
-def scan_sql(scan: NativeScan) -> tuple[str | None, str, str, str]:
-    """SQL over the file metadata and :data:`ROW` of one scan's row filter (None when every file is read whole) and of
-    the per-file values: the partition, the first offset and the commit time in microseconds (a file's own run
-    lookup when compaction merged several transactions into it).
-
-    Three plain lookups, not one struct of the three: a struct per row costs an allocation per row, a tree of
-    comparisons on a constant column does not.
-    """
-    keep = None
-    if any(f.lo > 0 or f.hi < f.rows for f in scan.files):
-        keep = file_lookup(scan.files, lambda f: f"({ROW} >= {f.lo}L AND {ROW} < {f.hi}L)"
-                           if f.lo > 0 or f.hi < f.rows else "true")
-    part = file_lookup(scan.files, lambda f: str(f.partition))
-    base = file_lookup(scan.files, lambda f: f"{f.base_offset}L")
-    stamp = file_lookup(scan.files, lambda f: f"{f.runs[0][1]}L" if len(f.runs) == 1
-                        else lookup(ROW, [(first, f"{t}L") for first, t in f.runs]))
-    return keep, part, base, stamp
-
-
-def _nullable(sql: str) -> str:
-    """``sql`` typed nullable at no cost (the optimizer folds the condition away)."""
-    return f"if(true, {sql}, null)"
-
-
-def scan_frame(spark: SparkSession, scan: NativeScan, schema: StructType, full: StructType,
-               topic_columns: Sequence[str], fs_options: Mapping[str, str]) -> DataFrame:
-    """One scan's rows as the columns of ``schema`` (a projection of ``full``, the read schema: the topic
-    columns of every topic read, then the metadata columns). Spark's file metadata is referred to only when a
-    projected metadata column or a partly read file needs it."""
-    from pyspark.sql import types as T
-
-    wanted = set(schema.names)
-    stored = (*topic_columns, PRODUCER_TS)
-    data = [f for f in full.fields if f.name in stored and f.name in wanted]
-    keep, part, base, stamp = scan_sql(scan)
-    fields = [T.StructField(f.name, f.dataType, True) for f in data]
-    if keep is not None or wanted & {"_offset", "_timestamp"}:
-        fields.append(T.StructField(ROW_COLUMN, T.LongType(), True))
-    # a committed segment that is missing or unreadable fails the read, whatever the session says
-    reader = spark.read.schema(T.StructType(fields)).option("ignoreMissingFiles", "false") \
-        .option("ignoreCorruptFiles", "false")
-    for k, v in fs_options.items():
-        reader = reader.option(k, v)
-    if scan.glob is not None:
-        reader = reader.option("pathGlobFilter", scan.glob)
-    # SQL text, one call per step: column objects would cost a JVM round trip each, and every step an analysis
-    df = reader.parquet(*scan.paths)
-    if keep is not None:
-        df = df.where(keep)
-    cols: list[str] = []
-    for field in schema.fields:
-        name, source = field.name, full[field.name]
-        if name == "_topic":
-            col = f"'{scan.topic}'"
-        elif name == "_partition":
-            col = part
-        elif name == "_offset":
-            col = f"{base} + {ROW}"
-        elif name == "_timestamp":
-            col = f"timestamp_micros({stamp})"
-        elif name == PRODUCER_TS:
-            col = _quoted(name)
-        elif name not in topic_columns:
-            col = f"CAST(NULL AS {field.dataType.simpleString()})"
-        elif source.nullable or field.nullable:
-            col = _quoted(name)
-        else:
-            col = f"coalesce({_quoted(name)}, {_zero(field.dataType)})"
-        if field.nullable and not (source.nullable and name not in ("_offset", "_timestamp")):
-            col = _nullable(col)
-        cols.append(f"{col} AS {_quoted(name)}")
-    return df.selectExpr(*cols)
 
 
 def projection(spark: SparkSession, schema: StructType | str | None, full: StructType,
@@ -486,6 +340,7 @@ def native_frame(spark: SparkSession, opts: ReadOptions, schema: StructType | st
     from coordinator import open_store
     from coordinator.topics import get_topic, list_topics
     from txnsource.options import with_topics
+    from txnsource.scans import scan_frame
     from txnsource.schema import to_spark_schema, union_schema
 
     root = spark_root(opts)

@@ -95,7 +95,7 @@ public class NativeWriteRule extends Rule<LogicalPlan> {
     }
 
     /** {@code node} with the named constructor fields replaced, or null when a name is not a field of it. */
-    private static LogicalPlan copy(LogicalPlan node, Map<String, Object> changes) {
+    static LogicalPlan copy(LogicalPlan node, Map<String, Object> changes) {
         int arity = node.productArity();
         Object[] args = new Object[arity];
         int found = 0;

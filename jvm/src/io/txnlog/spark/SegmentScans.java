@@ -1,0 +1,57 @@
+package io.txnlog.spark;
+
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.catalyst.expressions.AttributeReference;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.execution.datasources.LogicalRelation;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+
+import scala.jdk.javaapi.CollectionConverters;
+
+/**
+ * Builds the native read path's scans: {@link SegmentFormat} over given paths, its columns as nullable as the read
+ * schema says.
+ *
+ * <p>Contract: {@link #load} adds the jar to the Spark context once (executors load the format's reader), reads
+ * {@code paths} with {@link SegmentFormat}, the schema {@code schemaJson} and {@code options}, and returns the
+ * Dataset whose columns have the schema's nullability (Spark reads a file relation's columns as nullable; the
+ * caller vouches that the files hold no null in a column declared not null, and the computed columns never are).
+ * Errors are Spark's; a plan that is not one file relation fails ({@link IllegalStateException}).
+ */
+public final class SegmentScans {
+    /** The scan (see the class comment). */
+    public Dataset<Row> load(org.apache.spark.sql.classic.SparkSession session, String schemaJson,
+                             Map<String, String> options, List<String> paths) {
+        Jar.ship();
+        StructType schema = (StructType) DataType.fromJson(schemaJson);
+        Dataset<Row> read = Jar.withLoader(() -> session.read().schema(schema).options(options)
+            .format(SegmentFormat.class.getName()).load(CollectionConverters.asScala(paths).toSeq()));
+        LogicalPlan plan = read.queryExecution().analyzed();
+        if (!(plan instanceof LogicalRelation)) {
+            throw new IllegalStateException("txnlog: a segment scan planned as " + plan.nodeName());
+        }
+        Map<String, Boolean> nullable = new HashMap<>();
+        for (StructField f : schema.fields()) {
+            nullable.put(f.name(), f.nullable());
+        }
+        List<AttributeReference> output = new ArrayList<>();
+        for (AttributeReference a : CollectionConverters.asJava(((LogicalRelation) plan).output())) {
+            output.add(a.withNullability(nullable.getOrDefault(a.name(), true)));
+        }
+        Map<String, Object> changes = new HashMap<>();
+        changes.put("output", CollectionConverters.asScala(output).toList());
+        LogicalPlan copy = NativeWriteRule.copy(plan, changes);
+        if (copy == null) {
+            throw new IllegalStateException("txnlog: this Spark's file relation has no output field");
+        }
+        return org.apache.spark.sql.classic.Dataset$.MODULE$.ofRows(session, copy);
+    }
+}
