@@ -106,10 +106,14 @@ for name, (url, options) in stores.items():
     src = spark.read.format("txnlog").options(**options).option("topic", "t").option("minPartitions", str(tasks)) \
         .load(url)
     got = src.mapInArrow(paced(f"{name}-read"), src.schema).select("id", "_partition", "_offset").collect()
-    result = {"store": name, "read": sorted(r.id for r in got), "read_tasks": src.rdd.getNumPartitions()}
+    result = {"store": name, "read": sorted(r.id for r in got), "read_tasks": src.rdd.getNumPartitions(),
+              "read_rows": sorted([r.id, r._partition, r._offset] for r in got)}
     try:
         native = txnsource.read(spark, url, topic="t", readPath="native", **options)
         result["native"] = sorted(r.id for r in native.select("id").collect())
+        # the metadata columns computed inside the scan, by the jar the executor JVMs load
+        result["native_rows"] = sorted([r.id, r._partition, r._offset]
+                                       for r in native.select("id", "_partition", "_offset").collect())
         result["native_files"] = len(native.inputFiles())
     except InvalidOptionError as e:
         result["native_refused"] = str(e)
@@ -239,6 +243,7 @@ def test_batch_write_and_read_with_an_executor_killed_mid_stage(tmp_path: Path, 
             assert got[path] == expected, f"{name}: {path}"
         assert got["python_files"] == 0  # the Python data source
     assert results["local"]["native"] == expected
+    assert results["local"]["native_rows"] == results["local"]["read_rows"]
     assert results["local"]["native_files"] > 0 and results["local"]["auto_files"] > 0  # Spark's Parquet reader
     assert "native_refused" not in results["local"]
     # no s3a file system in the pip-installed pyspark: `native` says so, `auto` falls back to the Python reader
