@@ -142,6 +142,19 @@ def test_column_types_and_nullability(spark: Any, lake: str) -> None:
     assert [f.nullable for f in nat.schema.fields][:4] == [False, True, True, False]
 
 
+@pytest.mark.parametrize("columns", [99, 100, 101])
+def test_wide_topics_read_as_batches_or_rows_as_spark_plans_them(spark: Any, lake: str, columns: int) -> None:
+    # Spark reads up to 100 columns as batches; the scan reads the row index besides the topic's columns
+    schema = pa.schema([pa.field(f"c{i}", pa.int64()) for i in range(columns)])
+    create_topic(open_store(lake), "wide", schema, partitions=1)
+    produce(lake, "wide", [[{f"c{i}": i * r for i in range(columns)} for r in range(3)]])
+    nat = native(spark, lake, topic="wide")
+    data = [f"c{i}" for i in range(columns)]
+    assert sorted(tuple(r) for r in nat.select(*data).collect()) == [tuple(i * r for i in range(columns))
+                                                                      for r in range(3)]
+    assert sorted((r._offset, r.c1) for r in nat.select("_offset", *data).collect()) == [(0, 0), (1, 1), (2, 2)]
+
+
 def test_files_of_equal_size_share_a_scan_told_apart_by_name(spark: Any, lake: str) -> None:
     create_topic(open_store(lake), "twins", SCHEMA, partitions=1)
     produce(lake, "twins", [rows(10, 5), rows(20, 5), rows(30, 5)])

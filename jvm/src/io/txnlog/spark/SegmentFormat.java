@@ -150,6 +150,25 @@ public class SegmentFormat extends ParquetFileFormat {
         return Option.apply(CollectionConverters.asScala(out).toList());
     }
 
+    /** {@code schema} as Spark's Parquet reader reads it: the computed columns left out, the row index added. */
+    static StructType inner(StructType schema) {
+        List<StructField> out = new ArrayList<>();
+        for (StructField f : schema.fields()) {
+            if (computed(f.name()) < 0 && !f.name().equals(ParquetFileFormat.ROW_INDEX_TEMPORARY_COLUMN_NAME())) {
+                out.add(f);
+            }
+        }
+        out.add(new StructField(ParquetFileFormat.ROW_INDEX_TEMPORARY_COLUMN_NAME(), DataTypes.LongType, true,
+                Metadata.empty()));
+        return new StructType(out.toArray(new StructField[0]));
+    }
+
+    /** Batches only where Spark's Parquet reader returns batches for the columns it reads ({@link #inner}). */
+    @Override
+    public boolean supportBatch(SparkSession session, StructType schema) {
+        return super.supportBatch(session, schema) && super.supportBatch(session, inner(schema));
+    }
+
     @Override
     public Function1<PartitionedFile, Iterator<InternalRow>> buildReaderWithPartitionValues(
             SparkSession session, StructType dataSchema, StructType partitionSchema, StructType requiredSchema,
@@ -158,22 +177,14 @@ public class SegmentFormat extends ParquetFileFormat {
         Map<Long, List<Segment>> segments = parse(option(options, SEGMENTS));
         String topicName = option(options, TOPIC);
         byte[] topic = topicName.getBytes(StandardCharsets.UTF_8);
-        List<StructField> inner = new ArrayList<>();
         int[] source = new int[requiredSchema.length()];  // inner column, or -1 - computed index
+        int next = 0;
         for (int i = 0; i < requiredSchema.length(); i++) {
-            StructField f = requiredSchema.fields()[i];
-            int c = computed(f.name());
-            if (c >= 0) {
-                source[i] = -1 - c;
-            } else {
-                source[i] = inner.size();
-                inner.add(f);
-            }
+            int c = computed(requiredSchema.fields()[i].name());
+            source[i] = c >= 0 ? -1 - c : next++;
         }
-        int rowIndex = inner.size();
-        inner.add(new StructField(ParquetFileFormat.ROW_INDEX_TEMPORARY_COLUMN_NAME(), DataTypes.LongType, true,
-                Metadata.empty()));
-        StructType innerSchema = new StructType(inner.toArray(new StructField[0]));
+        int rowIndex = next;
+        StructType innerSchema = inner(requiredSchema);
         List<Filter> kept = new ArrayList<>();
         List<Filter> computedFilters = new ArrayList<>();
         for (Filter f : CollectionConverters.asJava(filters)) {
