@@ -142,6 +142,28 @@ def test_column_types_and_nullability(spark: Any, lake: str) -> None:
     assert [f.nullable for f in nat.schema.fields][:4] == [False, True, True, False]
 
 
+@pytest.mark.parametrize("java8_api", [False, True])  # filter values as java.sql.Timestamp, or as Instant
+def test_a_filter_on_the_commit_time_skips_the_files_committed_outside_it_unopened(spark: Any, many_segments: str,
+                                                                                   java8_api: bool) -> None:
+    nat = native(spark, many_segments, topic="big")
+    rows_at = sorted((r._offset, r._timestamp) for r in nat.select("_offset", "_timestamp").collect())
+    times = sorted({t for _o, t in rows_at})
+    assert len(times) >= 4  # 12 transactions: some commit times differ
+    lo, hi = times[1], times[-2]
+    store = open_store(many_segments)
+    plog = TransactionCoordinator(store).partition("big", 0)
+    plog.refresh()
+    for seg in plog.segments:  # after planning: files committed outside [lo, hi] are gone
+        if not lo <= dict(rows_at)[seg.base_offset] <= hi:
+            store.delete(seg.path)
+    spark.conf.set("spark.sql.datetime.java8API.enabled", str(java8_api).lower())
+    try:
+        got = nat.where(nat._timestamp.between(lo, hi)).select("_offset").collect()
+    finally:
+        spark.conf.unset("spark.sql.datetime.java8API.enabled")
+    assert sorted(r._offset for r in got) == [o for o, t in rows_at if lo <= t <= hi]
+
+
 @pytest.mark.parametrize("columns", [99, 100, 101])
 def test_wide_topics_read_as_batches_or_rows_as_spark_plans_them(spark: Any, lake: str, columns: int) -> None:
     # Spark reads up to 100 columns as batches; the scan reads the row index besides the topic's columns

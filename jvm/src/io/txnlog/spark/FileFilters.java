@@ -1,5 +1,6 @@
 package io.txnlog.spark;
 
+import org.apache.spark.sql.catalyst.util.DateTimeUtils;
 import org.apache.spark.sql.sources.And;
 import org.apache.spark.sql.sources.EqualNullSafe;
 import org.apache.spark.sql.sources.EqualTo;
@@ -16,7 +17,7 @@ import org.apache.spark.sql.sources.Or;
 
 /**
  * Which rows of one segment file a pushed filter can match, judged from the file's computed values alone: its
- * topic, its partition and its offset range ({@code [base, base + rows)}).
+ * topic, its partition, its offset range ({@code [base, base + rows)}) and the range of its commit times.
  *
  * <p>Contract: {@link #match} answers {@link Match#NONE} only when no row of the file can satisfy the filter, and
  * {@link Match#ALL} only when every row does; anything it cannot judge (other columns, other filter kinds, values
@@ -115,19 +116,50 @@ final class FileFilters {
             }
             min = seg.base;
             max = seg.base + seg.rows - 1;
+        } else if ("_timestamp".equals(attribute)) {
+            Long micros = micros(value);
+            if (micros == null) {
+                return Match.SOME;
+            }
+            min = Long.MAX_VALUE;
+            max = Long.MIN_VALUE;
+            for (long t : seg.micros) {
+                min = Math.min(min, t);
+                max = Math.max(max, t);
+            }
+            // commit times are not every value between min and max: judged by the bounds alone, which still holds
+            return bounds(min, max, micros, lo, hi);
         } else {
             return Match.SOME;
         }
         if (!(value instanceof Integer || value instanceof Long || value instanceof Short || value instanceof Byte)) {
             return Match.SOME;
         }
-        long v = ((Number) value).longValue();
-        // rows hold every value of [min, max], so their signs of (column - v) are every sign of [smin, smax]
+        return bounds(min, max, ((Number) value).longValue(), lo, hi);
+    }
+
+    /**
+     * How rows whose values lie in {@code [min, max]} (both taken) compare with {@code v}: every sign of (column -
+     * v) lies in [sign(min - v), sign(max - v)], so ALL when that range is inside {@code [lo, hi]}, NONE when the two
+     * do not meet (either answer holds whichever values between the bounds the rows take), SOME otherwise.
+     */
+    private static Match bounds(long min, long max, long v, int lo, int hi) {
         int smin = Long.compare(min, v);
         int smax = Long.compare(max, v);
         if (smin >= lo && smax <= hi) {
             return Match.ALL;
         }
         return smax < lo || smin > hi ? Match.NONE : Match.SOME;
+    }
+
+    /** A timestamp filter value in microseconds since the epoch, or null for a value of another type. */
+    private static Long micros(Object value) {
+        if (value instanceof java.sql.Timestamp) {
+            return DateTimeUtils.fromJavaTimestamp((java.sql.Timestamp) value);
+        }
+        if (value instanceof java.time.Instant) {
+            return DateTimeUtils.instantToMicros((java.time.Instant) value);
+        }
+        return null;
     }
 }
