@@ -179,7 +179,9 @@ def stream_measure(spark: Any, tmp: str, n: int) -> dict[str, tuple[float, float
             while not any(p["numInputRows"] for p in q.recentProgress):
                 q.awaitTermination(0.05)
         finally:
+            spark.sparkContext.setLogLevel("OFF")  # stopping interrupts the next batch, which Spark logs as errors
             q.stop()
+            spark.sparkContext.setLogLevel("WARN")
         batch = next(p for p in q.recentProgress if p["numInputRows"])
         assert batch["numInputRows"] == 1000, batch
         return float(batch["durationMs"]["triggerExecution"]) / 1000
