@@ -10,8 +10,6 @@ import org.apache.spark.sql.execution.datasources.OutputWriterFactory;
 import org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat;
 import org.apache.spark.sql.types.StructType;
 
-import scala.Option;
-
 /**
  * Spark's Parquet file format, writing each task's rows into one file per topic partition: the native path's
  * keyed write ({@code txnsink.write} with a key), without a partition column, a sort or a Python worker.
@@ -35,12 +33,12 @@ public class KeyedParquetFormat extends ParquetFileFormat {
     public OutputWriterFactory prepareWrite(SparkSession session, Job job,
                                             scala.collection.immutable.Map<String, String> options,
                                             StructType dataSchema) {
-        String key = option(options, KEY);
-        String folder = option(options, FOLDER);
+        String key = Options.required(options, KEY, "the keyed Parquet write");
+        String folder = Options.required(options, FOLDER, "the keyed Parquet write");
         int partitions;
         int[] ordinals;
         try {
-            partitions = Integer.parseInt(option(options, PARTITIONS));
+            partitions = Integer.parseInt(Options.required(options, PARTITIONS, "the keyed Parquet write"));
             String[] parts = key.split(",");
             ordinals = new int[parts.length];
             for (int i = 0; i < parts.length; i++) {
@@ -55,17 +53,6 @@ public class KeyedParquetFormat extends ParquetFileFormat {
         KeyHash hash = new KeyHash(dataSchema, ordinals, partitions);
         OutputWriterFactory files = super.prepareWrite(session, job, options, dataSchema);
         return new Factory(files, hash, partitions, folder);
-    }
-
-    private static String option(scala.collection.immutable.Map<String, String> options, String name) {
-        Option<String> got = options.get(name);
-        if (got.isEmpty()) {
-            got = options.get(name.toLowerCase(java.util.Locale.ROOT));
-        }
-        if (got.isEmpty()) {
-            throw new IllegalArgumentException("txnlog: the keyed Parquet write needs the option " + name);
-        }
-        return got.get();
     }
 
     @Override

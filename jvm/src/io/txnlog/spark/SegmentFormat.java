@@ -123,17 +123,6 @@ public class SegmentFormat extends ParquetFileFormat {
         return out;
     }
 
-    private static String option(scala.collection.immutable.Map<String, String> options, String name) {
-        Option<String> got = options.get(name);
-        if (got.isEmpty()) {
-            got = options.get(name.toLowerCase(java.util.Locale.ROOT));
-        }
-        if (got.isEmpty()) {
-            throw new IllegalArgumentException("txnlog: the segment scan needs the option " + name);
-        }
-        return got.get();
-    }
-
     @Override
     public Option<scala.collection.immutable.Seq<String>> vectorTypes(StructType requiredSchema,
                                                                      StructType partitionSchema, SQLConf conf) {
@@ -174,8 +163,8 @@ public class SegmentFormat extends ParquetFileFormat {
             SparkSession session, StructType dataSchema, StructType partitionSchema, StructType requiredSchema,
             scala.collection.immutable.Seq<Filter> filters, scala.collection.immutable.Map<String, String> options,
             Configuration hadoopConf) {
-        Map<Long, List<Segment>> segments = parse(option(options, SEGMENTS));
-        String topicName = option(options, TOPIC);
+        Map<Long, List<Segment>> segments = parse(Options.required(options, SEGMENTS, "the segment scan"));
+        String topicName = Options.required(options, TOPIC, "the segment scan");
         byte[] topic = topicName.getBytes(StandardCharsets.UTF_8);
         int[] source = new int[requiredSchema.length()];  // inner column, or -1 - computed index
         int next = 0;
