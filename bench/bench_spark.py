@@ -14,7 +14,7 @@
    sink, and a txnlog -> txnlog pipeline; time per micro-batch.
 
     python bench/bench_spark.py [--rows 10000000] [--partitions 8] [--batches 10] [--repeat 2] [--read-rounds 5]
-                                [--write-runs 3] [--write-warmup 2] [--writes-only]
+                                [--write-runs 3] [--write-warmup 2] [--writes-only] [--times day|distinct]
                                 [--writes source,rule,native,source_keyed,rule_keyed,native_keyed]
 
 It prints the timings and ratios (txnlog / Spark; below 1 means txnlog was faster).
@@ -50,14 +50,21 @@ def session(cores: int) -> Any:
     )
 
 
-def bench_frame(spark: Any, rows: int, partitions: int) -> Any:
-    """The benchmark's data, cached: six columns (long, int, double, string, timestamp, boolean)."""
+#: ``event_time`` of the benchmark's rows: 86,400 distinct seconds (``day``, the default), or a distinct
+#: millisecond per row (``distinct``), where Spark's writer drops its dictionary for the column early.
+TIMES = {"day": "timestamp_seconds(1700000000 + id % 86400)",
+         "distinct": "timestamp_micros(1700000000000000 + id * 1000)"}
+
+
+def bench_frame(spark: Any, rows: int, partitions: int, times: str = "day") -> Any:
+    """The benchmark's data, cached: six columns (long, int, double, string, timestamp, boolean); ``times`` picks
+    the timestamps (:data:`TIMES`)."""
     df = spark.range(rows, numPartitions=partitions).selectExpr(
         "id",
         "cast(id % 1000 as int) AS category",
         "rand(7) * 1000 AS amount",
         "concat('customer-', cast(id % 100000 as string)) AS customer",
-        "timestamp_seconds(1700000000 + id % 86400) AS event_time",
+        f"{TIMES[times]} AS event_time",
         "id % 3 = 0 AS flagged",
     ).cache()
     df.count()
@@ -170,6 +177,8 @@ def main() -> None:
     ap.add_argument("--write-runs", type=int, default=3, help="interleaved runs of the batch writes")
     ap.add_argument("--write-warmup", type=int, default=2, help="untimed interleaved runs before them")
     ap.add_argument("--writes-only", action="store_true", help="only the batch writes (no reads, no streaming)")
+    ap.add_argument("--times", choices=sorted(TIMES), default="day",
+                    help="event_time: 86,400 distinct seconds (day) or distinct per row (distinct)")
     ap.add_argument("--writes", default="", help=f"comma-separated txnlog writes to run with --writes-only, of "
                     f"{','.join(WRITES)} (default: all)")
     args = ap.parse_args()
@@ -177,7 +186,7 @@ def main() -> None:
     spark = session(args.cores)
     tmp = tempfile.mkdtemp(prefix="txnlog-bench-")
     try:
-        df = bench_frame(spark, args.rows, args.partitions)
+        df = bench_frame(spark, args.rows, args.partitions, args.times)
         parquet, lake = f"{tmp}/parquet", f"{tmp}/lake"
 
         only = [w for w in args.writes.split(",") if w] if args.writes_only else []
@@ -186,7 +195,7 @@ def main() -> None:
             ap.error(f"--writes: unknown {', '.join(unknown)}; known: {', '.join(WRITES)}")
         writes = write_runs(spark, df, tmp, args.partitions, args.write_runs, args.write_warmup, only)
         if args.writes_only:
-            print(f"\n{args.rows:,} rows; {args.partitions} partitions; local[{args.cores}]")
+            print(f"\n{args.rows:,} rows ({args.times} timestamps); {args.partitions} partitions; local[{args.cores}]")
             print_writes(writes)
             return
         n_txn = spark.read.format("txnlog").option("topic", "bench").load(lake).count()
