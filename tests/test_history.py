@@ -644,6 +644,62 @@ def test_log_truncation_with_a_short_grace_never_loses_an_acknowledged_commit() 
     assert "idle" in _values(url)
 
 
+def test_a_committer_stalled_past_a_log_truncation_never_acknowledges_its_entry_under_a_freed_number(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """G5. A committer reads the log (entry ``n`` is its end), builds entry ``n + 1``, and stalls before creating it
+    (a GC pause, a frozen VM, a starved thread) while other writers take ``n + 1`` and beyond, checkpoint, and a
+    truncation whose grace period has passed deletes ``n + 1``. The committer's ``put_if_absent`` then succeeds
+    (the name is free again) and, before the fix, it acknowledged a commit that lies below a checkpoint where no
+    reader looks. Required: acknowledged means readable, else ``CommitStateUnknownError``. Found by the
+    eight-worker histories on a loaded machine (``--seed 400021 --workers 8``: ``lost-write``, and records holding
+    other bytes than their entry); the log's clock is scaled down here as there."""
+    monkeypatch.setattr(txnlog, "RECENT_S", 0.05)
+    monkeypatch.setattr(txnlog, "MIN_LOG_GRACE_MS", 100)
+    url = _lake("ghost")
+    stalled = Producer(open_store(url), "stalled",
+                       coordinator=TransactionCoordinator(open_store(url), checkpoint_interval=0))
+    stalled.init_transactions()
+    busy = Producer(open_store(url), "busy",
+                    coordinator=TransactionCoordinator(open_store(url), checkpoint_interval=0))
+    busy.init_transactions()
+    logs = busy.coordinator.log
+    seen: list[str] = []
+
+    def others_move_on_and_truncate() -> None:
+        for i in range(6):
+            with busy.transaction():
+                busy.send("t", [{"v": f"b{i}"}])
+        logs.refresh()
+        logs.write_checkpoint()
+        time.sleep(0.15)  # the checkpoint ages past the grace period
+        with busy.transaction():
+            busy.send("t", [{"v": "b6"}])
+        logs.refresh()
+        logs.write_checkpoint()
+        assert logs.truncate(grace_ms=100) > 0
+
+    def stall_at_the_entry(name: str) -> None:
+        if name == "txnlog.entry.before" and not seen:
+            seen.append(name)
+            with faults.injected(None):
+                others_move_on_and_truncate()
+
+    stalled.begin_transaction()
+    stalled.send("t", [{"v": "stalled"}])
+    with faults.injected(stall_at_the_entry):
+        try:
+            stalled.commit_transaction()
+            acknowledged = True
+        except CommitStateUnknownError:
+            acknowledged = False
+    assert seen, "the commit never reached the entry's creation"
+    values = _values(url)
+    assert [f"b{i}" for i in range(7)] == [v for v in values if v.startswith("b")]
+    if acknowledged:
+        assert "stalled" in values
+    assert ti.verify(open_store(url)) == []
+
+
 class _IntentReplyLost(LostReplyStore):
     """A real store that applies the next intent put and then loses its reply (``StoreError``), as S3 past its
     retry budget does."""

@@ -41,13 +41,28 @@ from coordinator.errors import (
     TxnLogError,
     UnsupportedFormatError,
 )
-from coordinator.layout import FORMAT_PATH, TXN_INTENTS, intent_path, txn_log_path
+from coordinator.layout import (
+    FORMAT_PATH,
+    TXN_CHECKPOINT,
+    TXN_INTENTS,
+    TXN_LOG,
+    intent_path,
+    parse_seq,
+    txn_log_path,
+)
 from coordinator.probe import probe_conditional_writes
 from coordinator.records import FORMAT_VERSION, Item, LogEntry, decode_json, encode_json, item_partitions
 from coordinator.state import CoordinatorState
 from coordinator.store import Store
 
 log = logging.getLogger("coordinator.txnlog")  # the transaction log logs under one name
+
+
+def _recent_s() -> float:
+    """:data:`coordinator.txnlog.RECENT_S`, looked up at call time (tests scale the log's clock down)."""
+    from coordinator import txnlog
+
+    return txnlog.RECENT_S
 
 #: Intents decided in one entry at most (keeps entries small under heavy contention).
 MAX_INTENTS_PER_ENTRY = 256
@@ -109,6 +124,10 @@ class GroupCommit:
         _decisions: OrderedDict[str, tuple[Item, int]]
         _intents: dict[str, Request]
         _refreshed: float
+        _fresh_at: float
+        _suspects: dict[int, str]
+        _suspect_requests: set[str]
+        _jumped_at: int
         _probed: bool
 
         # reading the log (TransactionLog)
@@ -116,6 +135,8 @@ class GroupCommit:
         def _catch_up(self) -> None: ...
         def _list_forward(self, *, checked: bool) -> None: ...
         def _remember(self, entry: LogEntry) -> None: ...
+        def _read_last_checkpoint(self, above: int = -1) -> CoordinatorState | None: ...
+        def _reset(self, st: CoordinatorState) -> None: ...
         def _outcome(self, req: Request, *, since: int | None = None) -> Outcome | None: ...
 
         # derived work (LogCheckpoints)
@@ -307,8 +328,10 @@ class GroupCommit:
                         if lost:
                             # the entry that won the race: listed, not asked for by name, so a view that fell far
                             # behind while serving jumps to the newest checkpoint instead of reusing a number
+                            started = time.monotonic()
                             self._list_forward(checked=True)
                             self._refreshed = time.monotonic()
+                            self._fresh_at = started
                             if self._served(self.state.seq):
                                 return  # another writer serves the queue now: two would only race each other
                         others = self._waiting(names, "")
@@ -400,16 +423,63 @@ class GroupCommit:
             self._probed = True
         if seq == 0:
             ensure_format(self.store)
+        fresh = self._fresh_at
         faults.point("txnlog.entry.before")
+        started = time.monotonic()
         if not self.store.put_if_absent(txn_log_path(seq), entry.to_bytes()):
             return None
         faults.point("txnlog.entry.after")
+        if time.monotonic() - fresh >= _recent_s() and self._passed_by(entry, time.monotonic() - fresh):
+            return None
+        self._fresh_at = started
         self.state = scratch
         self._remember(entry)
         decided = [i.request for i in items if i.request in self._intents]
         for rid in decided:
             self._intents.pop(rid, None)
         return entry, decided
+
+    def _passed_by(self, entry: LogEntry, stalled: float) -> bool:
+        """Whether ``entry``, just created by this process after a stall, was created under a number that a log
+        truncation had freed (a ghost: a number the log had used, below a checkpoint no reader looks past), so it
+        must not count as won.
+
+        Truncation frees a number only grace periods (at least twice ``RECENT_S``) after an entry took it, and the
+        view was the log's end when this process last read it, so a creation within ``RECENT_S`` of that read is
+        never a ghost and is not checked. After a longer stall: with no checkpoint at or above the entry's number,
+        nothing was truncated past it (a GET, a LIST when ``_last.json`` is behind). Otherwise the store's times
+        tell: a ghost was created after a later entry or a checkpoint at or above its number (the log had moved
+        past it), a real entry before them (the log moved on from it). A ghost is deleted and the view jumps to the
+        checkpoint (the log's own history), so its requests get their fate from the log as readers see it (decided
+        there, or decided again); an entry already gone, or one that could not be deleted, is remembered as a
+        suspect that is never taken as a decision."""
+        ck = self._read_last_checkpoint(above=entry.seq - 1)
+        if ck is None:
+            return False
+        mine = txn_log_path(entry.seq)
+        infos = self.store.list_info(TXN_LOG) + self.store.list_info(TXN_CHECKPOINT)
+        created = next((i.mtime for i in infos if i.path == mine), None)
+        if created is not None:
+            later = [i for i in infos if i.path != mine and (q := parse_seq(i.path.rsplit("/", 1)[-1])) is not None
+                     and (q > entry.seq or (q == entry.seq and i.path.startswith(TXN_CHECKPOINT)))]
+            if not any(i.mtime < created for i in later):
+                return False
+        log.warning("log entry %d was created %.1f s after this process last read the log, under a number the log "
+                    "had passed (checkpoint %d): the entry is not the log's, its requests are decided again",
+                    entry.seq, stalled, ck.seq)
+        deleted = False
+        if created is not None:
+            try:
+                self.store.delete(mine)
+                deleted = True
+            except StoreError as exc:
+                log.warning("could not delete %s: %s", mine, exc)
+        if not deleted:
+            self._suspects[entry.seq] = entry.writer
+            self._suspect_requests.update(i.request for i in entry.items)
+        self._reset(ck)
+        self._jumped_at = ck.seq
+        return True
 
     def _undecided(self, names: list[str], own: str, st: CoordinatorState | None = None) -> list[str]:
         """The intent ids among ``names`` (a listing of ``_txn/intents/``) not known to be decided, by name (in

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from coordinator import parallel
 from coordinator.decisions import Outcome, Request, decided_by_name, fenced, outcome, outcome_of_item
-from coordinator.errors import CorruptLogError, InvalidOptionError, StoreError
+from coordinator.errors import CommitStateUnknownError, CorruptLogError, InvalidOptionError, StoreError
 from coordinator.groupcommit import GroupCommit
 from coordinator.groupcommit import ensure_format as ensure_format
 from coordinator.layout import (
@@ -108,6 +108,14 @@ class TransactionLog(GroupCommit, LogCheckpoints):
         self._intents: dict[str, Request] = {}
         self._since_pointer = 0
         self._refreshed = -1e9
+        #: when the view was last known to be the log's end (the start of the read that found it so, or of this
+        #: process's own entry that extended it): the ghost-entry check of :meth:`_append` measures from it
+        self._fresh_at = -1e9
+        #: entries this process created after a stall under a number a truncation may have freed (seq -> entry
+        #: writer token): perhaps not the log's, so never taken as a decision (see :meth:`_append`)
+        self._suspects: dict[int, str] = {}
+        #: the requests those entries decided
+        self._suspect_requests: set[str] = set()
         self._loaded_at = -1e9
         #: entries whose partition records this process wrote (the checkpoint writer need not check them)
         self._written: set[int] = set()
@@ -131,12 +139,14 @@ class TransactionLog(GroupCommit, LogCheckpoints):
         self._state = st
 
     def _open(self) -> None:
+        started = time.monotonic()
         ck = self._read_last_checkpoint()
         self._opened = True
         if ck is not None:
             self._reset(ck)
         self._list_forward(checked=True)
         self._refreshed = time.monotonic()
+        self._fresh_at = started
 
     # -- reading ----------------------------------------------------------------------------------------------
 
@@ -207,6 +217,11 @@ class TransactionLog(GroupCommit, LogCheckpoints):
             return self._state
 
     def _catch_up(self) -> None:
+        started = time.monotonic()
+        self._catch_up_from()
+        self._fresh_at = started
+
+    def _catch_up_from(self) -> None:
         if self.state.seq >= 0 and time.monotonic() - self._refreshed < RECENT_S:
             # Read recently: no truncation can have passed this process by (it deletes only entries below a
             # checkpoint older than the grace period), so asking for the next entry by name is enough, and cheaper
@@ -363,6 +378,12 @@ class TransactionLog(GroupCommit, LogCheckpoints):
             return outcome_of_item(*seen)
         gone = fenced(req, self.state)
         if gone is not None:
+            if req.id in self._suspect_requests:
+                raise CommitStateUnknownError(
+                    f"request {req.id} was decided in a log entry this process created after a stall, under a "
+                    "number a log truncation may have freed, and its producer has been fenced since: whether the "
+                    "log holds that decision cannot be told; read the data to find out"
+                )
             if since is not None and self._jumped_at > since:
                 found = self._find_decision(req.id, since, self._jumped_at)
                 if found is not None:
@@ -377,6 +398,14 @@ class TransactionLog(GroupCommit, LogCheckpoints):
             seqs = range(first, min(upto, first + JUMP_ENTRIES - 1) + 1)
             for entry in parallel.pmap(self._get_entry, seqs):
                 if entry is None:
+                    continue
+                if self._suspects.get(entry.seq) == entry.writer:
+                    if any(item.request == request_id for item in entry.items):
+                        raise CommitStateUnknownError(
+                            f"request {request_id} was decided only in log entry {entry.seq}, which this process "
+                            "created after a stall under a number a log truncation may have freed: whether the log "
+                            "holds that decision cannot be told; read the data to find out"
+                        )
                     continue
                 for item in entry.items:
                     if item.request == request_id:
