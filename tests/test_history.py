@@ -644,20 +644,22 @@ def test_log_truncation_with_a_short_grace_never_loses_an_acknowledged_commit() 
     assert "idle" in _values(url)
 
 
+@pytest.mark.parametrize("check_fails", [False, True])  # the store fails the stalled writer's look at the checkpoint
 def test_a_committer_stalled_past_a_log_truncation_never_acknowledges_its_entry_under_a_freed_number(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, check_fails: bool) -> None:
     """G5. A committer reads the log (entry ``n`` is its end), builds entry ``n + 1``, and stalls before creating it
     (a GC pause, a frozen VM, a starved thread) while other writers take ``n + 1`` and beyond, checkpoint, and a
     truncation whose grace period has passed deletes ``n + 1``. The committer's ``put_if_absent`` then succeeds
     (the name is free again) and, before the fix, it acknowledged a commit that lies below a checkpoint where no
     reader looks. Required: acknowledged means readable, else ``CommitStateUnknownError``. Found by the
     eight-worker histories on a loaded machine (``--seed 400021 --workers 8``: ``lost-write``, and records holding
-    other bytes than their entry); the log's clock is scaled down here as there."""
+    other bytes than their entry); the log's clock is scaled down here as there. When the store fails the
+    writer's check, the producer retries the commit, as a caller does after ``CommitStateUnknownError``."""
     monkeypatch.setattr(txnlog, "RECENT_S", 0.05)
     monkeypatch.setattr(txnlog, "MIN_LOG_GRACE_MS", 100)
     url = _lake("ghost")
-    stalled = Producer(open_store(url), "stalled",
-                       coordinator=TransactionCoordinator(open_store(url), checkpoint_interval=0))
+    net = _Hooked(open_store(url))
+    stalled = Producer(net, "stalled", coordinator=TransactionCoordinator(net, checkpoint_interval=0))
     stalled.init_transactions()
     busy = Producer(open_store(url), "busy",
                     coordinator=TransactionCoordinator(open_store(url), checkpoint_interval=0))
@@ -678,17 +680,32 @@ def test_a_committer_stalled_past_a_log_truncation_never_acknowledges_its_entry_
         logs.write_checkpoint()
         assert logs.truncate(grace_ms=100) > 0
 
+    def fail_the_check_once(kind: str, path: str) -> None:
+        if kind == "get" and path == LAST_CHECKPOINT:
+            net.on = lambda kind, path: None
+            _raise_store_error(path)
+
     def stall_at_the_entry(name: str) -> None:
         if name == "txnlog.entry.before" and not seen:
             seen.append(name)
             with faults.injected(None):
                 others_move_on_and_truncate()
+            if check_fails:
+                net.on = fail_the_check_once
 
     stalled.begin_transaction()
     stalled.send("t", [{"v": "stalled"}])
     with faults.injected(stall_at_the_entry):
         try:
             stalled.commit_transaction()
+            acknowledged = True
+        except (CommitStateUnknownError, StoreError) as exc:
+            if isinstance(exc, StoreError) and not check_fails:
+                raise
+            acknowledged = False
+    if check_fails and not acknowledged:
+        try:
+            stalled.commit_transaction()  # what a caller does after an unknown outcome
             acknowledged = True
         except CommitStateUnknownError:
             acknowledged = False

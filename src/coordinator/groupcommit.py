@@ -50,19 +50,13 @@ from coordinator.layout import (
     parse_seq,
     txn_log_path,
 )
+from coordinator.logcheckpoint import recent_s
 from coordinator.probe import probe_conditional_writes
 from coordinator.records import FORMAT_VERSION, Item, LogEntry, decode_json, encode_json, item_partitions
 from coordinator.state import CoordinatorState
 from coordinator.store import Store
 
 log = logging.getLogger("coordinator.txnlog")  # the transaction log logs under one name
-
-
-def _recent_s() -> float:
-    """:data:`coordinator.txnlog.RECENT_S`, looked up at call time (tests scale the log's clock down)."""
-    from coordinator import txnlog
-
-    return txnlog.RECENT_S
 
 #: Intents decided in one entry at most (keeps entries small under heavy contention).
 MAX_INTENTS_PER_ENTRY = 256
@@ -125,8 +119,7 @@ class GroupCommit:
         _intents: dict[str, Request]
         _refreshed: float
         _fresh_at: float
-        _suspects: dict[int, str]
-        _suspect_requests: set[str]
+        _suspects: dict[int, LogEntry]
         _jumped_at: int
         _probed: bool
 
@@ -401,6 +394,8 @@ class GroupCommit:
     def _append(self, reqs: list[Request]) -> tuple[LogEntry, list[str]] | None:
         """Create the next entry deciding ``reqs`` (caller holds the lock, state current). None if another writer
         took it (its entry is read on the next refresh)."""
+        if self._suspects:
+            self._settle_suspects()
         ts = max(_now_ms(), self.state.ts)
         seq = self.state.seq + 1
         scratch = self.state.copy()
@@ -429,7 +424,8 @@ class GroupCommit:
         if not self.store.put_if_absent(txn_log_path(seq), entry.to_bytes()):
             return None
         faults.point("txnlog.entry.after")
-        if time.monotonic() - fresh >= _recent_s() and self._passed_by(entry, time.monotonic() - fresh):
+        stalled = time.monotonic() - fresh
+        if stalled >= recent_s() and self._passed_by(entry, stalled):
             return None
         self._fresh_at = started
         self.state = scratch
@@ -446,40 +442,68 @@ class GroupCommit:
 
         Truncation frees a number only grace periods (at least twice ``RECENT_S``) after an entry took it, and the
         view was the log's end when this process last read it, so a creation within ``RECENT_S`` of that read is
-        never a ghost and is not checked. After a longer stall: with no checkpoint at or above the entry's number,
-        nothing was truncated past it (a GET, a LIST when ``_last.json`` is behind). Otherwise the store's times
-        tell: a ghost was created after a later entry or a checkpoint at or above its number (the log had moved
-        past it), a real entry before them (the log moved on from it). A ghost is deleted and the view jumps to the
-        checkpoint (the log's own history), so its requests get their fate from the log as readers see it (decided
-        there, or decided again); an entry already gone, or one that could not be deleted, is remembered as a
-        suspect that is never taken as a decision."""
+        never a ghost and is not checked. After a longer stall, :meth:`_ghost` judges. A ghost is deleted and the
+        view jumps to the checkpoint (the log's own history), so its requests get their fate from the log as
+        readers see it (decided there, or decided again). An entry already gone, or one that could not be deleted
+        or judged (the store failed: the error is raised), stays a suspect that is never taken as a decision, until
+        :meth:`_settle_suspects` judges it."""
+        self._suspects[entry.seq] = entry
+        verdict = self._ghost(entry)
+        if verdict is False:
+            del self._suspects[entry.seq]
+            return False
+        log.warning("log entry %d was created %.1f s after this process last read the log, under a number the log "
+                    "had passed: the entry is not the log's, its requests are decided again", entry.seq, stalled)
+        if verdict:
+            self._drop_ghost(entry)
         ck = self._read_last_checkpoint(above=entry.seq - 1)
-        if ck is None:
+        if ck is not None:
+            self._reset(ck)
+            self._jumped_at = ck.seq
+        return True
+
+    def _ghost(self, entry: LogEntry) -> bool | None:
+        """Whether ``entry`` (created by this process) is a ghost; None when it is gone from the store. With no
+        checkpoint at or above its number, nothing was truncated past it (a GET, a LIST when ``_last.json`` is
+        behind): not a ghost. Otherwise the store's times tell: a ghost was created after a later entry or a
+        checkpoint at or above its number was already there (the log had moved past it), a real entry before them
+        (the log moved on from it).
+
+        Raises:
+            StoreError: the store failed.
+        """
+        if self._read_last_checkpoint(above=entry.seq - 1) is None:
             return False
         mine = txn_log_path(entry.seq)
         infos = self.store.list_info(TXN_LOG) + self.store.list_info(TXN_CHECKPOINT)
         created = next((i.mtime for i in infos if i.path == mine), None)
-        if created is not None:
-            later = [i for i in infos if i.path != mine and (q := parse_seq(i.path.rsplit("/", 1)[-1])) is not None
-                     and (q > entry.seq or (q == entry.seq and i.path.startswith(TXN_CHECKPOINT)))]
-            if not any(i.mtime < created for i in later):
-                return False
-        log.warning("log entry %d was created %.1f s after this process last read the log, under a number the log "
-                    "had passed (checkpoint %d): the entry is not the log's, its requests are decided again",
-                    entry.seq, stalled, ck.seq)
-        deleted = False
-        if created is not None:
+        if created is None:
+            return None
+        return any(i.mtime < created for i in infos
+                   if i.path != mine and (q := parse_seq(i.path.rsplit("/", 1)[-1])) is not None
+                   and (q > entry.seq or (q == entry.seq and i.path.startswith(TXN_CHECKPOINT))))
+
+    def _drop_ghost(self, entry: LogEntry) -> None:
+        """Delete ghost ``entry`` and stop suspecting it; a failed delete leaves it a suspect (logged)."""
+        try:
+            self.store.delete(txn_log_path(entry.seq))
+        except StoreError as exc:
+            log.warning("could not delete ghost log entry %d: %s", entry.seq, exc)
+            return
+        del self._suspects[entry.seq]
+
+    def _settle_suspects(self) -> None:
+        """Judge again the suspects that a failed store call left (see :meth:`_passed_by`): ghosts are deleted,
+        real entries stop being suspects, entries gone stay suspects. Stops at the first store failure."""
+        for entry in list(self._suspects.values()):
             try:
-                self.store.delete(mine)
-                deleted = True
-            except StoreError as exc:
-                log.warning("could not delete %s: %s", mine, exc)
-        if not deleted:
-            self._suspects[entry.seq] = entry.writer
-            self._suspect_requests.update(i.request for i in entry.items)
-        self._reset(ck)
-        self._jumped_at = ck.seq
-        return True
+                verdict = self._ghost(entry)
+            except StoreError:
+                return
+            if verdict is False:
+                del self._suspects[entry.seq]
+            elif verdict:
+                self._drop_ghost(entry)
 
     def _undecided(self, names: list[str], own: str, st: CoordinatorState | None = None) -> list[str]:
         """The intent ids among ``names`` (a listing of ``_txn/intents/``) not known to be decided, by name (in

@@ -47,7 +47,7 @@ TRUNCATE_EVERY = 16
 NUMBERED_EVERY = 4
 
 
-def _recent_s() -> float:
+def recent_s() -> float:
     """:data:`coordinator.txnlog.RECENT_S`, looked up at call time (tests scale the log's clock down)."""
     from coordinator import txnlog
 
@@ -150,7 +150,7 @@ class LogCheckpoints:
             known = self.checkpoint_seq
         if st.seq < 0 or st.seq <= known:
             return
-        if time.monotonic() - self._loaded_at > _recent_s():
+        if time.monotonic() - self._loaded_at > recent_s():
             self._learn_checkpoint()  # another process may have written newer ones since this one looked
         known = max(known, self.checkpoint_seq)
         if st.seq <= known:

@@ -111,11 +111,9 @@ class TransactionLog(GroupCommit, LogCheckpoints):
         #: when the view was last known to be the log's end (the start of the read that found it so, or of this
         #: process's own entry that extended it): the ghost-entry check of :meth:`_append` measures from it
         self._fresh_at = -1e9
-        #: entries this process created after a stall under a number a truncation may have freed (seq -> entry
-        #: writer token): perhaps not the log's, so never taken as a decision (see :meth:`_append`)
-        self._suspects: dict[int, str] = {}
-        #: the requests those entries decided
-        self._suspect_requests: set[str] = set()
+        #: entries this process created after a stall under a number a truncation may have freed, by seq:
+        #: perhaps not the log's, so never taken as a decision (see :meth:`_passed_by`)
+        self._suspects: dict[int, LogEntry] = {}
         self._loaded_at = -1e9
         #: entries whose partition records this process wrote (the checkpoint writer need not check them)
         self._written: set[int] = set()
@@ -316,8 +314,9 @@ class TransactionLog(GroupCommit, LogCheckpoints):
             self._recent.popitem(last=False)
         for topic, p, idx in entry.touched:
             self._record_seq[(topic, p, idx)] = entry.seq
-        for item in entry.items:
-            self._decisions[item.request] = (item, entry.seq)
+        if not self._suspect(entry):
+            for item in entry.items:
+                self._decisions[item.request] = (item, entry.seq)
         while len(self._decisions) > _DECISIONS_KEPT:
             self._decisions.popitem(last=False)
         self._since_pointer += 1
@@ -378,7 +377,7 @@ class TransactionLog(GroupCommit, LogCheckpoints):
             return outcome_of_item(*seen)
         gone = fenced(req, self.state)
         if gone is not None:
-            if req.id in self._suspect_requests:
+            if any(i.request == req.id for e in self._suspects.values() for i in e.items):
                 raise CommitStateUnknownError(
                     f"request {req.id} was decided in a log entry this process created after a stall, under a "
                     "number a log truncation may have freed, and its producer has been fenced since: whether the "
@@ -391,6 +390,12 @@ class TransactionLog(GroupCommit, LogCheckpoints):
             return gone
         return outcome(req, self.state)
 
+    def _suspect(self, entry: LogEntry) -> bool:
+        """Whether ``entry`` is one this process created under a number a truncation may have freed (its own
+        bytes: the same writer token)."""
+        mine = self._suspects.get(entry.seq)
+        return mine is not None and mine.writer == entry.writer
+
     def _find_decision(self, request_id: str, after: int, upto: int) -> tuple[Item, int] | None:
         """Read entries ``(after, upto]`` (retained: younger than the truncation grace period) looking for the item
         that decided ``request_id``."""
@@ -399,7 +404,7 @@ class TransactionLog(GroupCommit, LogCheckpoints):
             for entry in parallel.pmap(self._get_entry, seqs):
                 if entry is None:
                     continue
-                if self._suspects.get(entry.seq) == entry.writer:
+                if self._suspect(entry):
                     if any(item.request == request_id for item in entry.items):
                         raise CommitStateUnknownError(
                             f"request {request_id} was decided only in log entry {entry.seq}, which this process "
