@@ -321,7 +321,7 @@ def _assign(st: CoordinatorState, segs: tuple[SegmentRef, ...]) -> tuple[PartAss
     order given."""
     by_part: dict[tuple[str, int], list[MarkerSegment]] = {}
     for s in segs:
-        by_part.setdefault((s.topic, s.partition), []).append(MarkerSegment(s.path, s.rows, s.size, s.crc32))
+        by_part.setdefault((s.topic, s.partition), []).append(s.published())
     return tuple(PartAssign(t, p, st.partition(t, p).end, tuple(ms)) for (t, p), ms in sorted(by_part.items()))
 
 

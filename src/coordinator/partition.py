@@ -51,6 +51,8 @@ class IndexedSegment:
     txn: str
     #: for a compacted segment: (first offset, commit ts, commit_seq) of each transaction merged in
     runs: tuple[tuple[int, int, int], ...] = ()
+    #: the producer time (microseconds) of every row, when the file stores no producer-time column
+    ptime: int | None = None
 
     @property
     def end_offset(self) -> int:
@@ -63,6 +65,8 @@ class IndexedSegment:
     def to_json(self) -> dict[str, object]:
         d = dict(self.__dict__)
         d["runs"] = [list(r) for r in self.runs]
+        if self.ptime is None:
+            del d["ptime"]
         return d
 
     @classmethod
@@ -248,7 +252,8 @@ class PartitionLog:
         off = op.base
         for s in op.segments:
             if s.rows:
-                self.segments.append(IndexedSegment(s.path, off, s.rows, s.size, s.crc32, rec.ts, rec.seq, op.txn))
+                self.segments.append(IndexedSegment(s.path, off, s.rows, s.size, s.crc32, rec.ts, rec.seq, op.txn,
+                                                     ptime=s.ptime))
                 self._bases.append(off)
             off += s.rows
         self.end_offset = off

@@ -2,7 +2,8 @@
 
 Every record read carries ``_topic``, ``_partition``, ``_offset``, ``_timestamp`` (the commit time: Kafka's
 ``LogAppendTime``) and ``_producerTimestamp`` (the producer's time of the record: Kafka's ``CreateTime``, read from
-the segment's :data:`coordinator.segments.PRODUCER_TS` column; null for segments written before it existed).
+the segment's :data:`coordinator.segments.PRODUCER_TS` column, or the one time its index gives every row of a file
+without that column; null for segments written before it existed).
 Records of staged segments that no commit marker names (open, aborted or undecided transactions) are returned only
 in ``read_uncommitted`` mode, with a null ``_offset`` and ``_timestamp``.
 """
@@ -61,11 +62,12 @@ def _slice_timestamps(sl: SegmentSlice) -> pa.Array:
 
 def _assemble(
     table: pa.Table, n: int, schema: pa.Schema, path: str, topic: str, partition: int, first_offset: int | None,
-    ts: pa.Array | None,
+    ts: pa.Array | None, ptime: int | None = None,
 ) -> pa.Table:
     """The ``n`` rows of ``table`` (decoded data columns) shaped to ``schema``: its data columns cast to the schema's
     types, its metadata columns computed (a null ``_offset`` / ``_timestamp`` when ``first_offset`` / ``ts`` is
-    None; a null ``_producerTimestamp`` when the segment has no producer times)."""
+    None; ``_producerTimestamp`` ``ptime`` for every row when given, else the segment's column, null when the
+    segment has none)."""
     from coordinator.errors import CorruptLogError
 
     arrays: list[pa.Array | pa.ChunkedArray] = []
@@ -81,7 +83,8 @@ def _assemble(
             arrays.append(pa.nulls(n, TIMESTAMP_TYPE) if ts is None else ts)
         elif f.name == PRODUCER_TS:
             idx = table.schema.get_field_index(PRODUCER_TS)
-            col = pa.nulls(n, TIMESTAMP_TYPE) if idx < 0 else table.column(idx)
+            col = pa.repeat(pa.scalar(ptime, TIMESTAMP_TYPE), n) if ptime is not None \
+                else pa.nulls(n, TIMESTAMP_TYPE) if idx < 0 else table.column(idx)
             arrays.append(col if col.type.equals(TIMESTAMP_TYPE) else col.cast(TIMESTAMP_TYPE))
         else:
             idx = table.schema.get_field_index(f.name)
@@ -125,7 +128,7 @@ def read_slices(
                                  crc32=seg.crc32 if verify else None):
             n = table.num_rows
             yield from _assemble(table, n, out_schema, seg.path, topic, partition, sl.first_offset + done,
-                                 None if ts is None else ts.slice(done, n)).to_batches()
+                                 None if ts is None else ts.slice(done, n), seg.ptime).to_batches()
             done += n
 
 

@@ -113,7 +113,9 @@ class SegmentRef:
     """A staged segment file: where it is, what it holds and who staged it.
 
     ``seq`` is the producer's per-partition sequence number (None for writers that do not number their segments,
-    such as Spark tasks, whose commit messages already name each segment once).
+    such as Spark tasks, whose commit messages already name each segment once). ``ptime`` is the producer time
+    (microseconds since the epoch) of every row of a file that stores no producer-time column (None: the file
+    holds the column, or has no producer times).
     """
 
     topic: str
@@ -123,35 +125,52 @@ class SegmentRef:
     size: int
     crc32: int
     seq: int | None = None
+    ptime: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"topic": self.topic, "partition": self.partition, "path": self.path, "rows": self.rows,
                              "size": self.size, "crc32": self.crc32}
         if self.seq is not None:
             d["seq"] = self.seq
+        if self.ptime is not None:
+            d["ptime"] = self.ptime
         return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> SegmentRef:
         return cls(str(d["topic"]), int(d["partition"]), str(d["path"]), int(d["rows"]), int(d["size"]),
-                   int(d["crc32"]), None if d.get("seq") is None else int(d["seq"]))
+                   int(d["crc32"]), None if d.get("seq") is None else int(d["seq"]), _ptime(d))
+
+    def published(self) -> MarkerSegment:
+        """The segment as a partition record publishes it."""
+        return MarkerSegment(self.path, self.rows, self.size, self.crc32, self.ptime)
+
+
+def _ptime(d: dict[str, Any]) -> int | None:
+    return None if d.get("ptime") is None else int(d["ptime"])
 
 
 @dataclass(frozen=True)
 class MarkerSegment:
-    """A segment as a partition record publishes it: path, row count, size and checksum."""
+    """A segment as a partition record publishes it: path, row count, size, checksum, and the producer time of
+    every row when the file stores none (:attr:`SegmentRef.ptime`)."""
 
     path: str
     rows: int
     size: int
     crc32: int
+    ptime: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "rows": self.rows, "size": self.size, "crc32": self.crc32}
+        d: dict[str, Any] = {"path": self.path, "rows": self.rows, "size": self.size, "crc32": self.crc32}
+        if self.ptime is not None:
+            d["ptime"] = self.ptime
+        return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> MarkerSegment:
-        return cls(path=str(d["path"]), rows=int(d["rows"]), size=int(d["size"]), crc32=int(d["crc32"]))
+        return cls(path=str(d["path"]), rows=int(d["rows"]), size=int(d["size"]), crc32=int(d["crc32"]),
+                   ptime=_ptime(d))
 
 
 @dataclass(frozen=True)

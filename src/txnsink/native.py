@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from coordinator import InvalidOptionError, TransactionCoordinator
-from coordinator.segments import PRODUCER_TS, ROW_GROUP_ROWS
+from coordinator.segments import PRODUCER_TS, ROW_GROUP_ROWS, now_us
 from txnsink.options import WRITE_PATHS
 from txnsink.publish import PARTITION_COLUMN, abort_native, move_files, moved, spark_files, staging_folder
 
@@ -222,8 +222,10 @@ def _already_committed(store: Store, plan: WritePlan) -> bool:
 
 
 def conformed(df: DataFrame, plan: WritePlan, meta: TopicMeta) -> DataFrame:
-    """``df`` with the topic's column names, order and types, every column nullable (as the topic is), and the
-    producer-time column segments carry (:data:`coordinator.segments.PRODUCER_TS`)."""
+    """``df`` with the topic's column names, order and types, every column nullable (as the topic is), and, when
+    the DataFrame gives producer times, the producer-time column (:data:`coordinator.segments.PRODUCER_TS`; a null
+    takes the write's time). Without it the files hold no such column: the write's one time goes into each
+    segment's reference instead (:attr:`coordinator.SegmentRef.ptime`), which costs nothing per row."""
     from pyspark.sql import functions as F  # noqa: N812 - Spark's convention
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -237,11 +239,9 @@ def conformed(df: DataFrame, plan: WritePlan, meta: TopicMeta) -> DataFrame:
             # a value Spark cannot prove non-null (spark_partition_id is never folded), so the file says optional
             c = F.when(F.spark_partition_id() >= 0, c)
         cols.append(c.cast(f.dataType).alias(f.name))
-    # each row's producer time: the DataFrame's own column where given, else the write's time (as the sink does)
-    when = F.current_timestamp()
     if plan.timestamp_column is not None:
-        when = F.coalesce(F.col(f"`{plan.timestamp_column}`").cast("timestamp"), when)
-    cols.append(when.alias(PRODUCER_TS))
+        when = F.coalesce(F.col(f"`{plan.timestamp_column}`").cast("timestamp"), F.current_timestamp())
+        cols.append(when.alias(PRODUCER_TS))
     return df.select(*cols)
 
 
@@ -365,10 +365,11 @@ def _native(df: DataFrame, path: str, options: Mapping[str, str], mode: str) -> 
         frame = frame.withColumn(PARTITION_COLUMN, partition_udf(meta, key)(*[frame[f"`{k}`"] for k in key]))
     tag = uuid.uuid4().hex[:16]
     folder = staging_folder(tag)
+    ptime = None if plan.timestamp_column is not None else now_us()
     try:
         _spark_write(frame, f"{url}/{folder}", bool(key), hadoop_options(plan), ordinals, meta.partitions)
         files = spark_files(store, folder, meta.partitions, plan.rotation, bool(key))
-        return _publish(store, plan, meta, tag, files)
+        return _publish(store, plan, meta, tag, files, ptime)
     finally:
         _remove_folder(store, folder)
 
@@ -378,7 +379,8 @@ def _skipped(plan: WritePlan) -> None:
                 plan.options.txn_version, plan.options.txn_app_id)
 
 
-def _publish(store: Store, plan: WritePlan, meta: TopicMeta, tag: str, files: Sequence[Any]) -> WriteResult:
+def _publish(store: Store, plan: WritePlan, meta: TopicMeta, tag: str, files: Sequence[Any],
+             ptime: int | None) -> WriteResult:
     from coordinator import CommitStateUnknownError, faults
 
     opts = plan.options
@@ -393,7 +395,7 @@ def _publish(store: Store, plan: WritePlan, meta: TopicMeta, tag: str, files: Se
         else None
     segs: list[Any] = []
     try:
-        segs = move_files(store, meta.name, txn, tag, files)
+        segs = move_files(store, meta.name, txn, tag, files, ptime)
         faults.point("native.before_commit")
         result = coord.commit(ident, txn, segs, app=app, end_producer=ephemeral)
     except CommitStateUnknownError:

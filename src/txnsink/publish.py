@@ -96,13 +96,14 @@ def spark_files(store: Store, folder: str, partitions: int, rotation: int, keyed
     return sorted(out, key=lambda f: (f.partition, f.split, f.part, f.path))
 
 
-def _move(store: Store, topic: str, txn: str, tag: str, f: SparkFile, index: int) -> SegmentRef:
-    """Describe ``f`` (rows, size, CRC-32) and move it into its partition's data folder."""
+def _move(store: Store, topic: str, txn: str, tag: str, f: SparkFile, index: int, ptime: int | None) -> SegmentRef:
+    """Describe ``f`` (rows, size, CRC-32; ``ptime`` the producer time of its rows when it has no such column) and
+    move it into its partition's data folder."""
     dst = data_path(topic, f.partition, segment_name(txn, f"spark-{f.split:05d}-{f.part:03d}-{tag}-{index:05d}")
                     + ".parquet")
     data = store.get(f.path)
     rows = pq.ParquetFile(io.BytesIO(data)).metadata.num_rows
-    ref = SegmentRef(topic, f.partition, dst, rows, len(data), zlib.crc32(data))
+    ref = SegmentRef(topic, f.partition, dst, rows, len(data), zlib.crc32(data), ptime=ptime)
     root = local_path(store.url)
     faults.point("native.move")
 
@@ -122,9 +123,11 @@ def _move(store: Store, topic: str, txn: str, tag: str, f: SparkFile, index: int
     return ref
 
 
-def move_files(store: Store, topic: str, txn: str, tag: str, files: Sequence[SparkFile]) -> list[SegmentRef]:
+def move_files(store: Store, topic: str, txn: str, tag: str, files: Sequence[SparkFile],
+               ptime: int | None = None) -> list[SegmentRef]:
     """Move every file into its partition's data folder (concurrently); the segment references, in ``files``
-    order. Files already moved when one move fails are returned by none: the caller's abort finds them through
+    order, each with ``ptime``, the producer time of every row, when the files store no producer-time column.
+    Files already moved when one move fails are returned by none: the caller's abort finds them through
     :func:`moved` names.
 
     Raises:
@@ -132,7 +135,7 @@ def move_files(store: Store, topic: str, txn: str, tag: str, files: Sequence[Spa
     """
     from coordinator import parallel
 
-    refs = parallel.pmap(lambda item: _move(store, topic, txn, tag, item[1], item[0]), list(enumerate(files)))
+    refs = parallel.pmap(lambda item: _move(store, topic, txn, tag, item[1], item[0], ptime), list(enumerate(files)))
     root = local_path(store.url)
     if root is not None:
         # the renames, as the local store's own writes, are durable before the commit names them

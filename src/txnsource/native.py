@@ -11,8 +11,9 @@ per-file values and the row index Spark fills (:mod:`txnsource.scans`: the DataF
   of the run of rows the row index falls in);
 * rows outside a slice (a range that starts or ends inside a file) are filtered on the row index.
 
-``_producerTimestamp`` is the segment's own producer-time column, read like a data column (null in files written
-before it existed, as the Python reader gives).
+``_producerTimestamp`` is the segment's own producer-time column, read like a data column, or, for a file written
+without one, the one producer time its index gives all its rows (null in files written before producer times
+existed, as the Python reader gives).
 
 Columns a query does not use are never read: Spark's pruning sees plain expressions. A committed file that is
 missing or unreadable when the query runs fails it, whatever ``spark.sql.files.ignore*Files`` say.
@@ -73,6 +74,7 @@ class NativeFile:
         lo, hi: the file rows ``[lo, hi)`` the read takes.
         rows: the rows the file holds.
         runs: (first file row, commit time in microseconds) of each transaction's run of rows, in order.
+        ptime: the producer time in microseconds of every row, for a file without a producer-time column.
     """
 
     partition: int
@@ -83,6 +85,12 @@ class NativeFile:
     hi: int
     rows: int
     runs: tuple[tuple[int, int], ...]
+    ptime: int | None = None
+
+    @property
+    def sliced(self) -> bool:
+        """Whether the read takes only part of the file's rows."""
+        return self.lo > 0 or self.hi < self.rows
 
 
 @dataclass(frozen=True)
@@ -202,7 +210,8 @@ def check_types(metas: Sequence[TopicMeta]) -> None:
 
 def _file(root: str, partition: int, seg: Any, skip: int, rows: int) -> NativeFile:
     runs = tuple((first - seg.base_offset, ts * 1000) for first, ts, _seq in seg.run_list())
-    return NativeFile(partition, f"{root}/{seg.path}", seg.size, seg.base_offset, skip, skip + rows, seg.rows, runs)
+    return NativeFile(partition, f"{root}/{seg.path}", seg.size, seg.base_offset, skip, skip + rows, seg.rows, runs,
+                      seg.ptime)
 
 
 def plan_scans(store: Store, opts: ReadOptions, root: str) -> list[NativeScan]:

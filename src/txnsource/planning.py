@@ -28,9 +28,10 @@ if TYPE_CHECKING:
     from coordinator.store import Store
     from coordinator.topics import TopicMeta
 
-#: (path, base_offset, rows, size, crc32, ts, commit_seq, txn, skip, slice_rows, runs): one segment slice,
-#: plainly; ``runs`` are a compacted segment's (first offset, commit ts, commit_seq) per merged transaction.
-SliceSpec = tuple[str, int, int, int, int, int, int, str, int, int, tuple[tuple[int, int, int], ...]]
+#: (path, base_offset, rows, size, crc32, ts, commit_seq, txn, skip, slice_rows, runs, ptime): one segment slice,
+#: plainly; ``runs`` are a compacted segment's (first offset, commit ts, commit_seq) per merged transaction,
+#: ``ptime`` the producer time of every row of a file without a producer-time column (or None).
+SliceSpec = tuple[str, int, int, int, int, int, int, str, int, int, tuple[tuple[int, int, int], ...], int | None]
 #: The smallest input partition the ``parallelism`` rule makes (Spark's ``spark.sql.files.openCostInBytes``).
 MIN_SPLIT_BYTES = 4 * 1024 * 1024
 
@@ -62,7 +63,7 @@ class TxnInputPartition(InputPartition):
 def _spec(sl: SegmentSlice) -> SliceSpec:
     s = sl.segment
     return (s.path, s.base_offset, s.rows, s.size, s.crc32, s.ts, s.commit_seq, s.txn, sl.skip, sl.rows,
-            tuple(tuple(r) for r in s.runs))  # type: ignore[misc]
+            tuple(tuple(r) for r in s.runs), s.ptime)  # type: ignore[misc]
 
 
 def _time_allowed(seg: IndexedSegment, push: Pushdown) -> Intervals:
@@ -170,7 +171,7 @@ def _split_big(specs: Sequence[SliceSpec], target: float) -> list[SliceSpec]:
         pos, end = skip, skip + n
         while pos < end:
             cut = min(end, (pos // ROW_GROUP_ROWS + groups) * ROW_GROUP_ROWS)
-            out.append((*spec[:8], pos, cut - pos, spec[10]))
+            out.append((*spec[:8], pos, cut - pos, *spec[10:]))
             pos = cut
     return out
 
@@ -184,7 +185,7 @@ def _split(specs: Sequence[SliceSpec], max_rows: int) -> list[SliceSpec]:
         skip, n = spec[8], spec[9]
         while n > 0:
             take = min(max_rows - acc % max_rows, n)
-            out.append((*spec[:8], skip, take, spec[10]))
+            out.append((*spec[:8], skip, take, *spec[10:]))
             skip, n, acc = skip + take, n - take, acc + take
     return out
 
@@ -233,7 +234,7 @@ def read_partition(store: Store, part: TxnInputPartition, target: pa.Schema) -> 
     schema = output_schema(pa.ipc.read_schema(pa.py_buffer(part.schema_ipc)))
     wanted = set(target.names) | ({"_offset"} if part.offsets is not None else set())
     columns = [n for n in schema.names if n in wanted]
-    slices = [SegmentSlice(IndexedSegment(*s[:8], runs=s[10]), s[8], s[9]) for s in part.slices]
+    slices = [SegmentSlice(IndexedSegment(*s[:8], runs=s[10], ptime=s[11]), s[8], s[9]) for s in part.slices]
     for batch in read_slices(store, part.topic, part.partition, slices, schema, columns=columns):
         if part.offsets is not None:
             batch = batch.filter(pa.array(offset_mask(batch.column("_offset").to_numpy(), part.offsets)))

@@ -98,14 +98,22 @@ def scan_sql(scan: NativeScan) -> tuple[str | None, str, str, str]:
     comparisons on a constant column does not.
     """
     keep = None
-    if any(f.lo > 0 or f.hi < f.rows for f in scan.files):
-        keep = file_lookup(scan.files, lambda f: f"({ROW} >= {f.lo}L AND {ROW} < {f.hi}L)"
-                           if f.lo > 0 or f.hi < f.rows else "true")
+    if any(f.sliced for f in scan.files):
+        keep = file_lookup(scan.files, lambda f: f"({ROW} >= {f.lo}L AND {ROW} < {f.hi}L)" if f.sliced else "true")
     part = file_lookup(scan.files, lambda f: str(f.partition))
     base = file_lookup(scan.files, lambda f: f"{f.base_offset}L")
     stamp = file_lookup(scan.files, lambda f: f"{f.runs[0][1]}L" if len(f.runs) == 1
                         else lookup(ROW, [(first, f"{t}L") for first, t in f.runs]))
     return keep, part, base, stamp
+
+
+def producer_sql(scan: NativeScan) -> str:
+    """SQL of ``_producerTimestamp``: the files' column, or the producer time the index gives the rows of a file
+    without one (the column then reads as null)."""
+    if all(f.ptime is None for f in scan.files):
+        return _quoted(PRODUCER_TS)
+    given = file_lookup(scan.files, lambda f: "NULL" if f.ptime is None else f"timestamp_micros({f.ptime}L)")
+    return f"coalesce({_quoted(PRODUCER_TS)}, {given})"
 
 
 def _nullable(sql: str) -> str:
@@ -163,7 +171,7 @@ def sql_frame(spark: SparkSession, scan: NativeScan, schema: StructType, full: S
         elif name == "_timestamp":
             col = f"timestamp_micros({stamp})"
         elif name == PRODUCER_TS:
-            col = _quoted(name)
+            col = producer_sql(scan)
         elif name not in topic_columns:
             col = f"CAST(NULL AS {field.dataType.simpleString()})"
         elif source.nullable or field.nullable:
@@ -183,17 +191,18 @@ COMPUTED = ("_topic", "_partition", "_offset", "_timestamp")
 def segment_columns(scan: NativeScan, schema: StructType, stored: Sequence[str]) -> bool:
     """Whether the jar's segment format reads ``scan`` as ``schema``: every file whole, and every column stored in
     the files, computed by the format, or nullable (a column the topic lacks reads as null)."""
-    if any(f.lo > 0 or f.hi < f.rows for f in scan.files):
+    if any(f.sliced for f in scan.files):
         return False
     return all(f.name in stored or f.name in COMPUTED or f.nullable for f in schema.fields)
 
 
 def segments_option(scan: NativeScan) -> str:
     """The per-file values of ``scan`` as :class:`io.txnlog.spark.SegmentFormat` reads them: one line per file,
-    ``size, name, partition, first offset, rows, runs`` (``first row:commit micros``, ``;``-separated)
-    tab-separated."""
+    ``size, name, partition, first offset, rows, runs, producer time`` (runs ``first row:commit micros``,
+    ``;``-separated; the producer time in microseconds, empty for a file with its own column) tab-separated."""
     return "".join(f"{f.size}\t{file_name(f)}\t{f.partition}\t{f.base_offset}\t{f.rows}\t"
-                   + ";".join(f"{first}:{t}" for first, t in f.runs) + "\n" for f in scan.files)
+                   + ";".join(f"{first}:{t}" for first, t in f.runs)
+                   + f"\t{'' if f.ptime is None else f.ptime}\n" for f in scan.files)
 
 
 def segment_frame(spark: SparkSession, scan: NativeScan, schema: StructType,

@@ -159,3 +159,64 @@ def test_batch_sink_times_on_s3(spark: Any, s3_lake: Any) -> None:
     for k, v in s3_lake.options.items():
         r = r.option(k, v)
     assert r.load(s3_lake.url).where("_producerTimestamp is null").count() == 0
+
+
+def test_a_native_write_keeps_its_one_producer_time_in_the_index_and_every_read_path_gives_it(
+        spark: Any, lake: str) -> None:
+    """The native write without a ``_producerTimestamp`` column stores no such column: its files' references carry
+    the write's time. Every reader gives it (the Python reader, the segment format in batches and in rows, the SQL
+    projection of a sliced read), filters on it see it (no file skipped as if it had no producer times), files
+    with their own column and old files without any in the same scan keep theirs, and compaction writes it out."""
+    import pyarrow.parquet as pq
+
+    from txnsink import write as native_write
+
+    create_topic(open_store(lake), "orders", SCHEMA, partitions=1)
+    commit_old_segment(lake, range(0, 3), 0)  # no producer times at all
+    produce(lake, "orders", [rows(3, 3)], partition=0)  # a producer-time column
+    df = spark.range(100, 140, 1, 2).selectExpr("id", "concat('n', id) as name")
+    before = now_us()
+    assert native_write(df, lake, "orders", writePath="native").path == "native"
+    after = now_us()
+    plog = TransactionCoordinator(open_store(lake)).partition("orders", 0)
+    plog.refresh()
+    given = [s for s in plog.segments if s.ptime is not None]
+    assert len(given) == 2 and len({s.ptime for s in given}) == 1
+    ptime = given[0].ptime
+    assert ptime is not None and before <= ptime <= after
+    root = open_store(lake).url.removeprefix("file://")
+    for s in given:
+        assert PRODUCER_TS not in pq.read_schema(f"{root}/{s.path}").names
+    times = micros(read_snapshot(lake, ["orders"])["orders"])
+    assert [times[i] for i in range(3)] == [None] * 3 and all(times[i] is not None for i in range(3, 6))
+    assert {times[i] for i in range(100, 140)} == {ptime}
+    at = dt.datetime.fromtimestamp(ptime / 1e6, dt.UTC)
+
+    def check(df: Any) -> None:
+        ids = sorted(r.id for r in df.select("id").collect())
+        assert sorted(r.id for r in df.where("_producerTimestamp is null").collect()) == [i for i in ids if i < 3]
+        native_ids = [i for i in ids if i >= 100]
+        assert sorted(r.id for r in df.where(df._producerTimestamp >= at).collect()) == native_ids
+        assert df.where(df._producerTimestamp == at).count() == len(native_ids) > 0
+
+    for options in ({}, {"startingOffsets": json_offsets(1), "endingOffsets": json_offsets(30)}):
+        nat = same_as_python(spark, lake, topic="orders", **options)
+        check(nat)
+        check(reader(spark, lake, topic="orders", **options))
+    check(reader(spark, lake, topic="orders", maxRecordsPerPartition="7"))  # slices cut across tasks
+    spark.conf.set("spark.sql.parquet.enableVectorizedReader", "false")
+    try:
+        check(same_as_python(spark, lake, topic="orders"))
+    finally:
+        spark.conf.unset("spark.sql.parquet.enableVectorizedReader")
+    report = compact_partition(TransactionCoordinator(open_store(lake)), "orders", 0)
+    assert report.segments_after == 1 < report.segments_before
+    plog = TransactionCoordinator(open_store(lake)).partition("orders", 0)
+    plog.refresh()
+    assert [s.ptime for s in plog.segments] == [None]
+    assert micros(read_snapshot(lake, ["orders"])["orders"]) == times
+    check(same_as_python(spark, lake, topic="orders"))
+
+
+def json_offsets(offset: int) -> str:
+    return f'{{"orders": {{"0": {offset}}}}}'

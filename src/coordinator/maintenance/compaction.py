@@ -18,7 +18,7 @@ from coordinator.layout import (
 from coordinator.maintenance.common import COMPACTED_PREFIX, DEFAULT_COMPACT_TARGET_BYTES, MaintenanceReport
 from coordinator.partition import IndexedSegment
 from coordinator.records import MarkerSegment, ReplaceItem
-from coordinator.segments import encode_table, read_segment
+from coordinator.segments import PRODUCER_TS, encode_table, read_segment, stamp
 from coordinator.txnlog import now_ms
 
 
@@ -42,6 +42,13 @@ def _groups(segs: list[IndexedSegment], target: int, start: int) -> list[list[In
     if len(cur) > 1:
         out.append(cur)
     return out
+
+
+def _rows(coord: TransactionCoordinator, seg: IndexedSegment) -> pa.Table:
+    """The rows of ``seg`` as its merged file stores them: with its producer times as a column when its index holds
+    the one time of all its rows (a merged file's rows may have several)."""
+    table = read_segment(coord.store, seg.path, size=seg.size, crc32=seg.crc32)
+    return table if seg.ptime is None or PRODUCER_TS in table.schema.names else stamp(table, seg.ptime)
 
 
 def compact_partition(
@@ -68,7 +75,7 @@ def compact_partition(
     report = MaintenanceReport(segments_before=len(plog.segments))
     for group in _groups(list(plog.segments), target_bytes, plog.start_offset):
         layout = coord.log.state.partition(topic, partition).layout
-        tables = parallel.pmap(lambda s: read_segment(coord.store, s.path, size=s.size, crc32=s.crc32), group)
+        tables = parallel.pmap(lambda s: _rows(coord, s), group)
         merged = pa.concat_tables(tables, promote_options="default")  # older segments lack producer times
         data = encode_table(merged, fmt)
         ext = ".parquet" if fmt == "parquet" else ".arrow"

@@ -17,7 +17,8 @@ import org.apache.spark.sql.sources.Or;
 
 /**
  * Which rows of one segment file a pushed filter can match, judged from the file's computed values alone: its
- * topic, its partition, its offset range ({@code [base, base + rows)}) and the range of its commit times.
+ * topic, its partition, its offset range ({@code [base, base + rows)}), the range of its commit times and, for a
+ * file given one, its producer time.
  *
  * <p>Contract: {@link #match} answers {@link Match#NONE} only when no row of the file can satisfy the filter, and
  * {@link Match#ALL} only when every row does; anything it cannot judge (other columns, other filter kinds, values
@@ -49,10 +50,10 @@ final class FileFilters {
             return c == Match.NONE ? Match.ALL : c == Match.ALL ? Match.NONE : Match.SOME;
         }
         if (filter instanceof IsNull) {
-            return SegmentFormat.computed(((IsNull) filter).attribute()) >= 0 ? Match.NONE : Match.SOME;
+            return valued(((IsNull) filter).attribute(), seg) ? Match.NONE : Match.SOME;
         }
         if (filter instanceof IsNotNull) {
-            return SegmentFormat.computed(((IsNotNull) filter).attribute()) >= 0 ? Match.ALL : Match.SOME;
+            return valued(((IsNotNull) filter).attribute(), seg) ? Match.ALL : Match.SOME;
         }
         if (filter instanceof EqualTo) {
             return compare(((EqualTo) filter).attribute(), ((EqualTo) filter).value(), seg, topic, 0, 0);
@@ -116,6 +117,12 @@ final class FileFilters {
             }
             min = seg.base;
             max = seg.base + seg.rows - 1;
+        } else if (SegmentFormat.PRODUCER_TIME.equals(attribute) && seg.producerTime != null) {
+            Long micros = micros(value);
+            if (micros == null) {
+                return Match.SOME;
+            }
+            return bounds(seg.producerTime, seg.producerTime, micros, lo, hi);
         } else if ("_timestamp".equals(attribute)) {
             Long micros = micros(value);
             if (micros == null) {
@@ -136,6 +143,12 @@ final class FileFilters {
             return Match.SOME;
         }
         return bounds(min, max, ((Number) value).longValue(), lo, hi);
+    }
+
+    /** Whether every row of {@code seg} has a value in the column {@code attribute}, known without reading it. */
+    private static boolean valued(String attribute, SegmentFormat.Segment seg) {
+        return SegmentFormat.computed(attribute) >= 0
+            || (SegmentFormat.PRODUCER_TIME.equals(attribute) && seg.producerTime != null);
     }
 
     /**

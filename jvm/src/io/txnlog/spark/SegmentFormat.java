@@ -41,18 +41,23 @@ import scala.jdk.javaapi.CollectionConverters;
  * {@link #TOPIC}), {@code _partition} (int), {@code _offset} (long: the file's first offset plus the row's index in
  * the file) and {@code _timestamp} (timestamp: the commit time of the row's run of rows); the per-file values come
  * from the option {@link #SEGMENTS}, one line per file: {@code size TAB name TAB partition TAB first offset TAB
- * rows TAB runs}, runs being {@code first row:commit micros} separated by {@code ;} in row order. A file is found by its size,
- * and among files of equal size by its name; a file the option does not describe fails the task. The files' own
- * columns are read by Spark's Parquet reader unchanged (its vectorised batches get the computed columns appended as
- * vectors; rows, when Spark reads rows, get them appended as values). Filters naming a computed column are not
- * pushed into Parquet (a file has no such column; Spark applies them after the scan); a file that such a filter
- * excludes whole ({@link FileFilters}) is not opened.
+ * rows TAB runs TAB producer time}, runs being {@code first row:commit micros} separated by {@code ;} in row order,
+ * the producer time in microseconds or empty. A file is found by its size, and among files of equal size by its
+ * name; a file the option does not describe fails the task. The files' own columns are read by Spark's Parquet
+ * reader unchanged (its vectorised batches get the computed columns appended as vectors; rows, when Spark reads
+ * rows, get them appended as values), except {@code _producerTimestamp} of a file given a producer time (such a file
+ * has no column of that name): every row gets that time. Filters naming a computed column, or
+ * {@code _producerTimestamp} when any file is given a producer time, are not pushed into Parquet (a file has no
+ * such column; Spark applies them after the scan); a file that such a filter excludes whole ({@link FileFilters})
+ * is not opened.
  */
 public class SegmentFormat extends ParquetFileFormat {
     private static final long serialVersionUID = 1L;
     public static final String TOPIC = "txnlog.topic";
     public static final String SEGMENTS = "txnlog.segments";
     static final String[] COMPUTED = {"_topic", "_partition", "_offset", "_timestamp"};
+    /** The producer-time column: the file's own, or one time per file. */
+    static final String PRODUCER_TIME = "_producerTimestamp";
     private static final String GENERIC_VECTOR = ColumnVector.class.getName();
 
     static int computed(String name) {
@@ -73,14 +78,18 @@ public class SegmentFormat extends ParquetFileFormat {
         final long rows;
         final long[] firstRows;
         final long[] micros;
+        /** The producer time of every row (microseconds), or null when the file has its own column. */
+        final Long producerTime;
 
-        Segment(String name, int partition, long base, long rows, long[] firstRows, long[] micros) {
+        Segment(String name, int partition, long base, long rows, long[] firstRows, long[] micros,
+                Long producerTime) {
             this.name = name;
             this.partition = partition;
             this.base = base;
             this.rows = rows;
             this.firstRows = firstRows;
             this.micros = micros;
+            this.producerTime = producerTime;
         }
 
         long microsAt(long row) {
@@ -105,7 +114,7 @@ public class SegmentFormat extends ParquetFileFormat {
                 continue;
             }
             String[] f = line.split("\t", -1);
-            if (f.length != 6) {
+            if (f.length != 7) {
                 throw new IllegalArgumentException("txnlog: malformed " + SEGMENTS + " line: " + line);
             }
             String[] runs = f[5].split(";");
@@ -118,7 +127,7 @@ public class SegmentFormat extends ParquetFileFormat {
             }
             out.computeIfAbsent(Long.parseLong(f[0]), k -> new ArrayList<>())
                 .add(new Segment(f[1], Integer.parseInt(f[2]), Long.parseLong(f[3]), Long.parseLong(f[4]),
-                    firstRows, micros));
+                    firstRows, micros, f[6].isEmpty() ? null : Long.valueOf(f[6])));
         }
         return out;
     }
@@ -132,7 +141,8 @@ public class SegmentFormat extends ParquetFileFormat {
         }
         List<String> out = new ArrayList<>(CollectionConverters.asJava(types.get()));
         for (int i = 0; i < requiredSchema.length(); i++) {
-            if (computed(requiredSchema.fields()[i].name()) >= 0) {
+            String name = requiredSchema.fields()[i].name();
+            if (computed(name) >= 0 || PRODUCER_TIME.equals(name)) {
                 out.set(i, GENERIC_VECTOR);
             }
         }
@@ -173,13 +183,22 @@ public class SegmentFormat extends ParquetFileFormat {
             source[i] = c >= 0 ? -1 - c : next++;
         }
         int rowIndex = next;
+        int producerTime = requiredSchema.getFieldIndex(PRODUCER_TIME).isDefined()
+            ? requiredSchema.fieldIndex(PRODUCER_TIME) : -1;
+        boolean given = false;
+        for (List<Segment> same : segments.values()) {
+            for (Segment s : same) {
+                given |= s.producerTime != null;
+            }
+        }
         StructType innerSchema = inner(requiredSchema);
         List<Filter> kept = new ArrayList<>();
         List<Filter> computedFilters = new ArrayList<>();
         for (Filter f : CollectionConverters.asJava(filters)) {
             boolean touches = false;
             for (String ref : f.references()) {
-                touches |= computed(ref) >= 0 || ref.startsWith("_topic.") || ref.startsWith("_timestamp.");
+                touches |= computed(ref) >= 0 || ref.startsWith("_topic.") || ref.startsWith("_timestamp.")
+                    || (given && (ref.equals(PRODUCER_TIME) || ref.startsWith(PRODUCER_TIME + ".")));
             }
             if (!touches) {
                 kept.add(f);
@@ -203,7 +222,8 @@ public class SegmentFormat extends ParquetFileFormat {
                 }
             }
             Iterator<InternalRow> rows = read.apply(file);
-            Iterator<?> out = new Computed(rows, seg, topic, source, requiredSchema, rowIndex, batches);
+            Iterator<?> out = new Computed(rows, seg, topic, source, requiredSchema, rowIndex,
+                seg.producerTime == null ? -1 : producerTime, batches);
             @SuppressWarnings("unchecked")
             Iterator<InternalRow> typed = (Iterator<InternalRow>) out;
             return typed;
@@ -242,7 +262,9 @@ public class SegmentFormat extends ParquetFileFormat {
         private final StructType schema;
         private final DataType[] types;
         private final int rowIndex;
+        private final int producerTime;
         private final boolean batches;
+        private ConstantColumnVector producerVector;
         private ConstantColumnVector topicVector;
         private ConstantColumnVector partitionVector;
         private ConstantColumnVector timeVector;
@@ -252,8 +274,9 @@ public class SegmentFormat extends ParquetFileFormat {
         private scala.collection.Iterator<InternalRow> pending;
         private UnsafeProjection unsafe;
 
+        /** {@code producerTime}: the output column given the segment's producer time, or -1. */
         Computed(Iterator<InternalRow> rows, Segment seg, byte[] topic, int[] source, StructType schema, int rowIndex,
-                 boolean batches) {
+                 int producerTime, boolean batches) {
             this.rows = rows;
             this.seg = seg;
             this.topic = topic;
@@ -264,6 +287,7 @@ public class SegmentFormat extends ParquetFileFormat {
                 types[i] = schema.fields()[i].dataType();
             }
             this.rowIndex = rowIndex;
+            this.producerTime = producerTime;
             this.batches = batches;
         }
 
@@ -300,6 +324,10 @@ public class SegmentFormat extends ParquetFileFormat {
             partitionVector.setInt(seg.partition);
             timeVector = new ConstantColumnVector(capacity, DataTypes.TimestampType);
             timeVector.setLong(seg.micros[0]);
+            if (producerTime >= 0) {
+                producerVector = new ConstantColumnVector(capacity, DataTypes.TimestampType);
+                producerVector.setLong(seg.producerTime);
+            }
             offsets = new OnHeapColumnVector(capacity, DataTypes.LongType);
             times = new OnHeapColumnVector(capacity, DataTypes.TimestampType);
         }
@@ -313,6 +341,10 @@ public class SegmentFormat extends ParquetFileFormat {
             }
             ColumnVector[] out = new ColumnVector[source.length];
             for (int i = 0; i < source.length; i++) {
+                if (i == producerTime) {
+                    out[i] = producerVector;
+                    continue;
+                }
                 switch (source[i]) {
                     case -1: out[i] = topicVector; break;
                     case -2: out[i] = partitionVector; break;
@@ -345,6 +377,10 @@ public class SegmentFormat extends ParquetFileFormat {
             long index = in.getLong(rowIndex);
             Object[] values = new Object[source.length];
             for (int i = 0; i < source.length; i++) {
+                if (i == producerTime) {
+                    values[i] = seg.producerTime;
+                    continue;
+                }
                 switch (source[i]) {
                     case -1: values[i] = UTF8String.fromBytes(topic); break;
                     case -2: values[i] = seg.partition; break;
