@@ -13,7 +13,10 @@ commits them all as one transaction (:mod:`txnsink.publish`). Placement is the d
   Python producer puts it: computed in the JVM by the jar's ``KeyedParquetFormat``, which writes each task's rows
   into one file per partition (no sort, no dictionary encoding) in the folders ``partitionBy`` would give, where
   the key types and the topic's partitioner allow (:func:`jvm_key`); else by an Arrow UDF computing
-  :func:`partition_for` over the key columns, and ``partitionBy``.
+  :func:`partition_for` over the key columns, and ``partitionBy``. Either way a task writes one file per topic
+  partition, and a Parquet file costs ~10 ms of a task's time whatever its size, so the input's Spark partitions are
+  first merged (``coalesce``, no shuffle) into tasks of about ``keyedTaskBytes`` of input, never fewer than the
+  cores (:func:`fewer_tasks`).
 
 Idempotency as in the batch sink: with ``txnAppId``/``txnVersion`` a version not above the last committed one
 publishes nothing (checked before Spark writes anything, and again by the commit itself); without them, a fresh
@@ -284,6 +287,22 @@ def jvm_key(meta: TopicMeta, key: Sequence[str], columns: Sequence[str]) -> list
     return [list(columns).index(k) for k in key]
 
 
+def fewer_tasks(frame: DataFrame, task_bytes: int) -> DataFrame:
+    """``frame`` coalesced to ``max(cores, ceil(estimated bytes / task_bytes))`` partitions, rounded up to a multiple of
+    the cores (a last wave of fewer tasks than cores would leave cores idle), when that is fewer than it has; as it
+    is when ``task_bytes`` is 0, Spark knows no size for its plan, or the session is a Connect session (its size
+    estimate is out of reach)."""
+    jdf = getattr(frame, "_jdf", None)
+    if task_bytes <= 0 or jdf is None:
+        return frame
+    size = int(str(jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+    cores = max(1, frame.sparkSession.sparkContext.defaultParallelism)
+    if size >= 2**63 - 1:
+        return frame  # no estimate: Spark's default size (spark.sql.defaultSizeInBytes) is Long.MaxValue
+    tasks = max(1, -(-size // (task_bytes * cores))) * cores
+    return frame if tasks >= 2**31 else frame.coalesce(tasks)
+
+
 def _spark_write(frame: DataFrame, url: str, keyed: bool, fs_options: Mapping[str, str],
                  jvm_ordinals: Sequence[int] | None = None, partitions: int = 0) -> None:
     """``frame.write.parquet(url)`` with microsecond timestamps and row groups of ``ROW_GROUP_ROWS`` rows; when
@@ -363,6 +382,8 @@ def _native(df: DataFrame, path: str, options: Mapping[str, str], mode: str) -> 
         if mode == "auto":
             raise NativeUnavailable(KEYED_REASON)
         frame = frame.withColumn(PARTITION_COLUMN, partition_udf(meta, key)(*[frame[f"`{k}`"] for k in key]))
+    if key:
+        frame = fewer_tasks(frame, plan.options.keyed_task_bytes)
     tag = uuid.uuid4().hex[:16]
     folder = staging_folder(tag)
     ptime = None if plan.timestamp_column is not None else now_us()

@@ -17,6 +17,8 @@ __all__ = ["KNOWN_OPTIONS", "WRITE_PATHS", "SinkOptions", "parse_options"]
 
 MAX_PARTITIONS = 10_000
 DEFAULT_SINK_TIMEOUT_MS = 24 * 3600 * 1000
+#: ``keyedTaskBytes``: the input a keyed native write's task takes at least (Spark's size estimate), 512 MiB.
+DEFAULT_KEYED_TASK_BYTES = 512 * 1024 * 1024
 #: Values of ``writePath``: who writes a batch append (see :mod:`txnsink.native` and :mod:`txnsink.writerule`).
 WRITE_PATHS = ("auto", "native", "python")
 
@@ -33,6 +35,7 @@ KNOWN_OPTIONS = frozenset(
         "txnversion",
         "transactiontimeoutms",
         "writepath",
+        "keyedtaskbytes",
     }
 ) | StoreOptions.KEYS
 
@@ -56,6 +59,9 @@ class SinkOptions:
         write_path: ``writePath``: ``auto`` (the native write path where it applies, else the data source),
             ``native`` (the native path or an error) or ``python`` (the data source); the native path writes
             ``format("txnlog")`` appends only in a session with :func:`txnsink.enable_native`.
+        keyed_task_bytes: ``keyedTaskBytes``: a keyed write on the native path merges its input's Spark
+            partitions into tasks of about this many bytes of input (Spark's estimate), never fewer tasks than
+            cores, since each task writes one file per topic partition it touches (0: the input's partitioning).
         store: object-store access (credentials hidden from ``repr``).
     """
 
@@ -69,6 +75,7 @@ class SinkOptions:
     txn_version: int | None = None
     transaction_timeout_ms: int = DEFAULT_SINK_TIMEOUT_MS
     write_path: str = "auto"
+    keyed_task_bytes: int = DEFAULT_KEYED_TASK_BYTES
     store: StoreOptions = field(default_factory=StoreOptions)
 
 
@@ -145,6 +152,9 @@ def parse_options(options: Mapping[str, str]) -> SinkOptions:
     path = lower.get("writepath", "auto").strip().lower()
     if path not in WRITE_PATHS:
         raise InvalidOptionError(f"option writePath={lower['writepath']!r} is not one of {', '.join(WRITE_PATHS)}")
+    task_bytes = DEFAULT_KEYED_TASK_BYTES
+    if "keyedtaskbytes" in lower:
+        task_bytes = _int_option("keyedTaskBytes", lower["keyedtaskbytes"], 0, 2**62)
     return SinkOptions(
         root=root,
         topic=topic,
@@ -156,5 +166,6 @@ def parse_options(options: Mapping[str, str]) -> SinkOptions:
         txn_version=version,
         transaction_timeout_ms=timeout,
         write_path=path,
+        keyed_task_bytes=task_bytes,
         store=StoreOptions.from_options(lower),
     )

@@ -25,6 +25,7 @@ Spark Connect client (the rule needs the driver's Python process).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -66,6 +67,10 @@ def _reason(options: Mapping[str, str]) -> str | None:
     return None
 
 
+def _options(options_json: str) -> dict[str, str]:
+    return {str(k): str(v) for k, v in json.loads(options_json).items()}
+
+
 class _Writer:
     """The rule's writer (``NativeWriteRule.Writer``), called by the JVM through py4j."""
 
@@ -75,12 +80,12 @@ class _Writer:
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
 
-    def plan(self, options: Mapping[str, str], schema_json: str) -> Any:
+    def plan(self, options_json: str, schema_json: str) -> Any:
         """True (the native path writes), an error text (``writePath`` = ``native`` that cannot be honoured), or
-        None (the data source writes)."""
+        None (the data source writes), for the write options given as one JSON object."""
         from txnsink.options import parse_options
 
-        text = {str(k): str(v) for k, v in options.items()}
+        text = _options(options_json)
         try:
             mode = parse_options(text).write_path
             if mode == "python":
@@ -95,13 +100,13 @@ class _Writer:
         log.info("txnlog: writing through the Python data source: %s", why)
         return None
 
-    def insert(self, dataset: Any, options: Mapping[str, str]) -> None:
+    def insert(self, dataset: Any, options_json: str) -> None:
         """Write and commit the rows of ``dataset`` (a classic Java ``Dataset``) as :func:`write_options` does."""
         from pyspark.sql.classic.dataframe import DataFrame
 
         from txnsink.native import write_options
 
-        result = write_options(DataFrame(dataset, self.spark), {str(k): str(v) for k, v in options.items()})
+        result = write_options(DataFrame(dataset, self.spark), _options(options_json))
         log.info("txnlog: format('txnlog') append written by the %s path%s", result.path,
                  f" ({result.reason})" if result.reason else "")
 

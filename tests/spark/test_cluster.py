@@ -232,7 +232,8 @@ def test_batch_write_and_read_with_an_executor_killed_mid_stage(tmp_path: Path, 
     for job in jobs:
         assert list(marks.glob(f"{job}-{BLOCKED}-*")) != [marks / f"{job}-{BLOCKED}-0"], \
             f"the blocked task of {job} did not run again after its executor was killed"
-        assert len({m.name.split("-")[2] for m in marks.glob(f"{job}-*")}) >= TASKS
+        # a keyed native write merges its small input partitions into one task per core (keyedTaskBytes)
+        assert len({m.name.split("-")[2] for m in marks.glob(f"{job}-*")}) >= (2 if job.endswith("keyed") else TASKS)
     results = {r["store"]: r for r in map(json.loads, out.read_text().splitlines())}
     expected = list(range(ROWS))
     for name, (url, options) in where.items():

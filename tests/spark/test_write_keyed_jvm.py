@@ -117,6 +117,28 @@ def test_keyed_files_have_no_dictionaries_and_bounded_row_groups(spark: Any, tmp
     assert all(len(ps) == 1 for ps in by_customer.values()) and core.num_rows == 5000
 
 
+@pytest.mark.parametrize("path", ["jvm", "udf"])
+def test_a_keyed_write_merges_small_input_partitions_into_one_task_per_core(spark: Any, tmp_path: Any,
+                                                                           path: str) -> None:
+    """Each task writes one file per topic partition: 24 small input partitions would write 24 x 4 files; merged
+    into one task per core, at most cores x 4. ``keyedTaskBytes`` = 0 keeps the input's partitioning, and a small
+    enough value keeps more tasks (never fewer than the cores)."""
+    cores = spark.sparkContext.defaultParallelism
+    # an int key has a JVM rule; a decimal key takes the partitioner UDF under writePath=native
+    key = "k" if path == "jvm" else "d"
+    df = spark.range(0, 4800, 1, 24).selectExpr("id", "id % 97 AS k", "cast(id % 89 AS decimal(10, 2)) AS d")
+    for task_bytes, most, least in (("", cores * 4, 4), ("0", 24 * 4, 24 * 4 - 8), ("1", 24 * 4, 24 * 4 - 8)):
+        topic = f"t{task_bytes or 'default'}"
+        options = {"writePath": "native"} | ({"keyedTaskBytes": task_bytes} if task_bytes else {})
+        got = txnsink.write(df, str(tmp_path / path), topic, key=key, numPartitions=4, **options)
+        assert got.path == "native" and got.segments is not None and least <= got.segments <= most, \
+            (task_bytes, got.segments)
+        table = rows_of(str(tmp_path / path), topic)
+        assert sorted(table.column("id").to_pylist()) == list(range(4800))
+    with pytest.raises(Exception, match="keyedTaskBytes"):
+        txnsink.write(df, str(tmp_path / path), "bad", key=key, keyedTaskBytes="-1")
+
+
 def test_keys_without_a_jvm_rule_take_the_udf_or_the_data_source(spark: Any, tmp_path: Any) -> None:
     lake = str(tmp_path / "lake")
     df = spark.range(0, 200, 1, 2).selectExpr("id", "cast(id % 13 AS decimal(10, 2)) AS amount",

@@ -29,8 +29,8 @@ import scala.jdk.javaapi.CollectionConverters;
  * path, where Spark's own Parquet writer writes the segments and one txnlog transaction publishes them.
  *
  * <p>Contract: the writer (a Python object of the driver, reached through py4j) is asked once per append each time
- * the write is optimized, with the write's options (the data source's and the writer's, merged) and the rows'
- * schema; it answers {@code Boolean.TRUE} (the native path writes), a {@code String} (an error: the write must not
+ * the write is optimized, with the write's options (the data source's and the writer's, merged; a JSON object of
+ * strings) and the rows' schema (JSON); it answers {@code Boolean.TRUE} (the native path writes), a {@code String} (an error: the write must not
  * fall back) or anything else (keep the Python data source). For {@code TRUE}, the append's table becomes a table
  * whose only write is a V1 write: when the command runs, Spark passes the rows (a classic {@code Dataset} of the
  * analyzed query) to {@link Writer#insert}, which writes and commits them before returning (or falls back to the
@@ -40,9 +40,9 @@ import scala.jdk.javaapi.CollectionConverters;
 public class NativeWriteRule extends Rule<LogicalPlan> {
     /** Plans and runs a native write: see the class comment. */
     public interface Writer {
-        Object plan(Map<String, String> options, String schemaJson);
+        Object plan(String optionsJson, String schemaJson);
 
-        void insert(Object dataset, Map<String, String> options);
+        void insert(Object dataset, String optionsJson);
     }
 
     private final Writer writer;
@@ -73,7 +73,7 @@ public class NativeWriteRule extends Rule<LogicalPlan> {
         }
         Map<String, String> options = new HashMap<>(relation.options().asCaseSensitiveMap());
         options.putAll(CollectionConverters.asJava(append.writeOptions()));
-        Object got = writer.plan(options, append.query().schema().json());
+        Object got = writer.plan(json(options), append.query().schema().json());
         if (got instanceof String) {
             throw new IllegalArgumentException((String) got);
         }
@@ -92,6 +92,18 @@ public class NativeWriteRule extends Rule<LogicalPlan> {
         appendArgs.put("write", scala.Option.apply(nativeTable.write));
         appendArgs.put("analyzedQuery", scala.Option.apply(append.query()));
         return copy(append, appendArgs);
+    }
+
+    /**
+     * {@code options} as one JSON object: a py4j proxy of a map would cost the Python side a round trip to this JVM
+     * per entry (tens of milliseconds per write).
+     */
+    static String json(Map<String, String> options) {
+        try {
+            return new com.fasterxml.jackson.databind.ObjectMapper().writeValueAsString(options);
+        } catch (com.fasterxml.jackson.core.JsonProcessingException e) {
+            throw new IllegalStateException("txnlog: options cannot be encoded", e);
+        }
     }
 
     /** {@code node} with the named constructor fields replaced, or null when a name is not a field of it. */
@@ -181,7 +193,7 @@ public class NativeWriteRule extends Rule<LogicalPlan> {
             if (overwrite) {
                 throw new IllegalArgumentException("a txnlog topic is an append-only log: use mode('append')");
             }
-            writer.insert(data, options);
+            writer.insert(data, json(options));
         }
 
         @Override
