@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import shutil
 import statistics
 import sys
@@ -88,7 +89,7 @@ WRITES = ("source", "rule", "native", "source_keyed", "rule_keyed", "native_keye
 
 def write_runs(spark: Any, df: Any, tmp: str, partitions: int, runs: int, warmup: int = 1,
                only: Sequence[str] = ()) -> dict[str, list[float]]:
-    """Seconds of each write per run, interleaved (Spark's Parquet writer first in every run), after ``warmup``
+    """Seconds of each write per run, interleaved (every write once per run, in a shuffled order), after ``warmup``
     untimed runs of every write (Python workers started, modules imported, JIT warm on both sides). The data
     source's unkeyed write of the last run stays in ``{tmp}/lake`` (topic ``bench``) for the reads. ``only``:
     the txnlog writes to run (names of :data:`WRITES`), all when empty."""
@@ -125,7 +126,9 @@ def write_runs(spark: Any, df: Any, tmp: str, partitions: int, runs: int, warmup
     writes = {k: fn for k, fn in writes.items() if k == "spark" or not only or k in only}
     times: dict[str, list[float]] = {k: [] for k in writes}
     for run in range(warmup + runs):
-        for name, fn in writes.items():
+        order = list(writes.items())
+        random.Random(run).shuffle(order)  # no write always follows the same one (a data source write's leftovers)
+        for name, fn in order:
             shutil.rmtree(f"{tmp}/{folders[name]}", ignore_errors=True)
             # untimed: the previous write's dirty pages reach the disk now, not during this write (Spark's writer
             # leaves its files to the page cache; txnlog syncs each segment before its commit names it)
