@@ -644,9 +644,9 @@ def test_log_truncation_with_a_short_grace_never_loses_an_acknowledged_commit() 
     assert "idle" in _values(url)
 
 
-@pytest.mark.parametrize("check_fails", [False, True])  # the store fails the stalled writer's look at the checkpoint
+@pytest.mark.parametrize(("check_fails", "expired"), [(False, False), (True, False), (False, True)])
 def test_a_committer_stalled_past_a_log_truncation_never_acknowledges_its_entry_under_a_freed_number(
-        monkeypatch: pytest.MonkeyPatch, check_fails: bool) -> None:
+        monkeypatch: pytest.MonkeyPatch, check_fails: bool, expired: bool) -> None:
     """G5. A committer reads the log (entry ``n`` is its end), builds entry ``n + 1``, and stalls before creating it
     (a GC pause, a frozen VM, a starved thread) while other writers take ``n + 1`` and beyond, checkpoint, and a
     truncation whose grace period has passed deletes ``n + 1``. The committer's ``put_if_absent`` then succeeds
@@ -654,7 +654,10 @@ def test_a_committer_stalled_past_a_log_truncation_never_acknowledges_its_entry_
     reader looks. Required: acknowledged means readable, else ``CommitStateUnknownError``. Found by the
     eight-worker histories on a loaded machine (``--seed 400021 --workers 8``: ``lost-write``, and records holding
     other bytes than their entry); the log's clock is scaled down here as there. When the store fails the
-    writer's check, the producer retries the commit, as a caller does after ``CommitStateUnknownError``."""
+    writer's check, the producer retries the commit, as a caller does after ``CommitStateUnknownError``. When the
+    stalled producer's id also expired meanwhile (``expired``: the other writer may have decided its request, in an
+    entry truncated since), the answer is its decision or ``CommitStateUnknownError``, never ``ProducerFencedError``
+    for rows readers see (found by the histories' stall fault: ``aborted-read``)."""
     monkeypatch.setattr(txnlog, "RECENT_S", 0.05)
     monkeypatch.setattr(txnlog, "MIN_LOG_GRACE_MS", 100)
     url = _lake("ghost")
@@ -676,6 +679,8 @@ def test_a_committer_stalled_past_a_log_truncation_never_acknowledges_its_entry_
         time.sleep(0.15)  # the checkpoint ages past the grace period
         with busy.transaction():
             busy.send("t", [{"v": "b6"}])
+        if expired:
+            assert busy.coordinator.expire_transactional_ids(now=int(time.time() * 1000) + 8 * 24 * 3600 * 1000)
         logs.refresh()
         logs.write_checkpoint()
         assert logs.truncate(grace_ms=100) > 0
@@ -703,6 +708,10 @@ def test_a_committer_stalled_past_a_log_truncation_never_acknowledges_its_entry_
             if isinstance(exc, StoreError) and not check_fails:
                 raise
             acknowledged = False
+        except ProducerFencedError:
+            assert expired
+            acknowledged = False
+            assert "stalled" not in _values(url), "told fenced (never committed), yet readers see the commit"
     if check_fails and not acknowledged:
         try:
             stalled.commit_transaction()  # what a caller does after an unknown outcome
@@ -714,6 +723,108 @@ def test_a_committer_stalled_past_a_log_truncation_never_acknowledges_its_entry_
     assert [f"b{i}" for i in range(7)] == [v for v in values if v.startswith("b")]
     if acknowledged:
         assert "stalled" in values
+    assert ti.verify(open_store(url)) == []
+
+
+def test_a_request_decided_by_another_writer_while_its_process_stalled_is_never_answered_fenced_after_expiry(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """G3/G5. A commit loses the race for an entry and waits as an intent; another writer decides it (committed)
+    while the waiting process is paused; meanwhile the producer's id expires and a truncation deletes the deciding
+    entry. The waiting process, and the caller's retry, cannot find the decision and the producer's state is gone:
+    the answer is ``CommitStateUnknownError``, never ``ProducerFencedError`` (which says it never committed) for rows
+    every reader sees. Found by the histories' stall fault (``aborted-read``)."""
+    monkeypatch.setattr(txnlog, "RECENT_S", 0.05)
+    monkeypatch.setattr(txnlog, "MIN_LOG_GRACE_MS", 100)
+    url = _lake("served-then-truncated")
+    stalled = Producer(open_store(url), "stalled",
+                       coordinator=TransactionCoordinator(open_store(url), checkpoint_interval=0))
+    stalled.init_transactions()
+    busy = Producer(open_store(url), "busy",
+                    coordinator=TransactionCoordinator(open_store(url), checkpoint_interval=0))
+    busy.init_transactions()
+    later_coord = TransactionCoordinator(open_store(url), checkpoint_interval=0)
+    seen: list[str] = []
+
+    def others_decide_expire_and_truncate() -> None:
+        with busy.transaction():  # its writer serves the waiting intent in the same or the next entry
+            busy.send("t", [{"v": "busy"}])
+        assert "stalled" in _values(url), "the other writer did not decide the waiting commit"
+        assert later_coord.expire_transactional_ids(now=int(time.time() * 1000) + 8 * 24 * 3600 * 1000)
+        later = Producer(open_store(url), "later", coordinator=later_coord)
+        later.init_transactions()
+        for i in range(4):
+            with later.transaction():
+                later.send("t", [{"v": f"l{i}"}])
+        later_coord.log.refresh()
+        later_coord.log.write_checkpoint()
+        time.sleep(0.15)  # the checkpoint ages past the grace period
+        with later.transaction():
+            later.send("t", [{"v": "l4"}])
+        later_coord.log.refresh()
+        later_coord.log.write_checkpoint()
+        assert later_coord.log.truncate(grace_ms=100) > 0
+
+    def lose_the_race_then_stall(name: str) -> None:
+        if name == "txnlog.entry.before" and not seen:
+            seen.append(name)
+            with faults.injected(None), busy.transaction():  # takes the entry this commit was about to create
+                busy.send("t", [{"v": "first"}])
+        elif name == "intent.after" and seen == ["txnlog.entry.before"]:
+            seen.append(name)
+            with faults.injected(None):
+                others_decide_expire_and_truncate()
+
+    stalled.begin_transaction()
+    stalled.send("t", [{"v": "stalled"}])
+    with faults.injected(lose_the_race_then_stall), pytest.raises(CommitStateUnknownError):
+        stalled.commit_transaction()
+    assert seen == ["txnlog.entry.before", "intent.after"]
+    with pytest.raises(CommitStateUnknownError):
+        stalled.commit_transaction()  # the caller's retry: still unknown, not fenced
+    assert "stalled" in _values(url)
+    TransactionCoordinator(open_store(url)).repair_records()
+    assert ti.verify(open_store(url)) == []
+
+def test_a_stalled_committers_real_entry_whose_check_failed_answers_its_retry_after_the_producer_expired(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """G5/G3. A committer stalls before creating its entry (longer than ``RECENT_S``), creates it (a real entry:
+    nothing was truncated), and the store fails its ghost check, so the entry is a suspect and the commit answers
+    ``CommitStateUnknownError``. Its producer then expires (a transactional id idle past its expiration). The retry
+    judges the suspect real; it must then answer the commit's decision, not ``ProducerFencedError`` (which says the
+    transaction never committed) for rows every reader sees. Found by the eight-worker histories with the stall
+    fault (``aborted-read``: rows of a transaction its producer was told had failed)."""
+    monkeypatch.setattr(txnlog, "RECENT_S", 0.05)
+    url = _lake("real-suspect")
+    net = _Hooked(open_store(url))
+    coord = TransactionCoordinator(net, checkpoint_interval=0)
+    stalled = Producer(net, "stalled", coordinator=coord)
+    stalled.init_transactions()
+    seen: list[str] = []
+
+    def fail_the_check_once(kind: str, path: str) -> None:
+        if kind == "get" and path == LAST_CHECKPOINT:
+            net.on = lambda kind, path: None
+            _raise_store_error(path)
+
+    def stall_at_the_entry(name: str) -> None:
+        if name == "txnlog.entry.before" and not seen:
+            seen.append(name)
+            time.sleep(0.1)
+            net.on = fail_the_check_once
+
+    stalled.begin_transaction()
+    stalled.send("t", [{"v": "stalled"}])
+    with faults.injected(stall_at_the_entry), pytest.raises((CommitStateUnknownError, StoreError)):
+        stalled.commit_transaction()
+    assert seen and net.on is not fail_the_check_once
+    assert _values(url) == ["stalled"]  # the entry is real: every reader sees the commit
+    other = TransactionCoordinator(open_store(url))
+    assert other.expire_transactional_ids(now=int(time.time() * 1000) + 8 * 24 * 3600 * 1000)
+    neighbour = Producer(net, "neighbour", coordinator=coord)
+    neighbour.init_transactions()  # this process's next entry judges the suspect again
+    stalled.commit_transaction()  # committed: the suspect, judged real, decided it
+    assert _values(url) == ["stalled"]
+    TransactionCoordinator(open_store(url)).repair_records()  # the records the failed commit left out (derived)
     assert ti.verify(open_store(url)) == []
 
 

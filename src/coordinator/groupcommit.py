@@ -69,6 +69,8 @@ POLL_S = 0.02
 #: A waiting request tries to append itself only after the log stood still for this many looks (longer than one
 #: round of the writer serving the queue: list, read intents, write).
 IDLE_POLLS = 4
+#: Requests whose first intent seq this process remembers for their retries (the oldest forgotten first).
+_WAITED_KEPT = 10_000
 #: After winning an entry, a writer keeps appending entries for intents still waiting for at most this long (its
 #: own caller waits meanwhile; every hand-over to another writer costs the log a few idle looks).
 SERVE_S = 3.0
@@ -120,6 +122,7 @@ class GroupCommit:
         _refreshed: float
         _fresh_at: float
         _suspects: dict[int, LogEntry]
+        _waited: OrderedDict[str, int]
         _jumped_at: int
         _probed: bool
 
@@ -192,6 +195,7 @@ class GroupCommit:
                         f"{exc}") from exc
                 raise
             if result is not None:
+                self._waited.pop(req.id, None)
                 if wrote_intent:
                     parallel.background(functools.partial(self._delete_quietly, [intent_path(req.id)]))
                 if won is not None:
@@ -204,7 +208,9 @@ class GroupCommit:
                 return result
             attempt += 1
             if intentable and not wrote_intent:
-                intent_seq = self.state.seq
+                intent_seq = self._waited.setdefault(req.id, self.state.seq)
+                while len(self._waited) > _WAITED_KEPT:
+                    self._waited.popitem(last=False)
                 wrote_intent = True  # from here on the intent may exist, even if the put below fails
                 faults.point("intent.before")
                 try:
@@ -494,7 +500,9 @@ class GroupCommit:
 
     def _settle_suspects(self) -> None:
         """Judge again the suspects that a failed store call left (see :meth:`_passed_by`): ghosts are deleted,
-        real entries stop being suspects, entries gone stay suspects. Stops at the first store failure."""
+        real entries stop being suspects and their decisions are taken (the log's own: a retry of a request one of
+        them decided is answered with that decision, even after its producer expired), entries gone stay suspects.
+        Stops at the first store failure."""
         for entry in list(self._suspects.values()):
             try:
                 verdict = self._ghost(entry)
@@ -502,6 +510,8 @@ class GroupCommit:
                 return
             if verdict is False:
                 del self._suspects[entry.seq]
+                for item in entry.items:
+                    self._decisions[item.request] = (item, entry.seq)
             elif verdict:
                 self._drop_ghost(entry)
 

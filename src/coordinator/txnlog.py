@@ -114,6 +114,10 @@ class TransactionLog(GroupCommit, LogCheckpoints):
         #: entries this process created after a stall under a number a truncation may have freed, by seq:
         #: perhaps not the log's, so never taken as a decision (see :meth:`_passed_by`)
         self._suspects: dict[int, LogEntry] = {}
+        #: the view's seq when each request still undecided first published its intent: a retry of the request
+        #: (a caller after ``CommitStateUnknownError``) whose producer expired meanwhile looks for its decision from
+        #: there, as the first try did
+        self._waited: OrderedDict[str, int] = OrderedDict()
         self._loaded_at = -1e9
         #: entries whose partition records this process wrote (the checkpoint writer need not check them)
         self._written: set[int] = set()
@@ -377,6 +381,11 @@ class TransactionLog(GroupCommit, LogCheckpoints):
             return outcome_of_item(*seen)
         gone = fenced(req, self.state)
         if gone is not None:
+            # an expired producer's state is gone: whether the request was decided first only the entries tell
+            tid = getattr(req, "tid", None)
+            expired = tid is not None and tid not in self.state.producers
+            if since is None and expired:
+                since = self._waited.get(req.id)
             if any(i.request == req.id for e in self._suspects.values() for i in e.items):
                 raise CommitStateUnknownError(
                     f"request {req.id} was decided in a log entry this process created after a stall, under a "
@@ -384,7 +393,7 @@ class TransactionLog(GroupCommit, LogCheckpoints):
                     "log holds that decision cannot be told; read the data to find out"
                 )
             if since is not None and self._jumped_at > since:
-                found = self._find_decision(req.id, since, self._jumped_at)
+                found = self._find_decision(req.id, since, self._jumped_at, gaps_unknown=expired)
                 if found is not None:
                     return outcome_of_item(*found)
             return gone
@@ -396,13 +405,22 @@ class TransactionLog(GroupCommit, LogCheckpoints):
         mine = self._suspects.get(entry.seq)
         return mine is not None and mine.writer == entry.writer
 
-    def _find_decision(self, request_id: str, after: int, upto: int) -> tuple[Item, int] | None:
+    def _find_decision(self, request_id: str, after: int, upto: int, *, gaps_unknown: bool = False) \
+            -> tuple[Item, int] | None:
         """Read entries ``(after, upto]`` (retained: younger than the truncation grace period) looking for the item
-        that decided ``request_id``."""
+        that decided ``request_id``.
+
+        Raises:
+            CommitStateUnknownError: with ``gaps_unknown``, not found while some of those entries are gone
+                (truncated while this process paused longer than the grace period): one of them may have decided
+                it.
+        """
+        gone: list[int] = []
         for first in range(after + 1, upto + 1, JUMP_ENTRIES):
             seqs = range(first, min(upto, first + JUMP_ENTRIES - 1) + 1)
-            for entry in parallel.pmap(self._get_entry, seqs):
+            for seq, entry in zip(seqs, parallel.pmap(self._get_entry, seqs), strict=True):
                 if entry is None:
+                    gone.append(seq)
                     continue
                 if self._suspect(entry):
                     if any(item.request == request_id for item in entry.items):
@@ -415,6 +433,11 @@ class TransactionLog(GroupCommit, LogCheckpoints):
                 for item in entry.items:
                     if item.request == request_id:
                         return item, entry.seq
+        if gone and gaps_unknown:
+            raise CommitStateUnknownError(
+                f"request {request_id} waited while log entries {gone[0]}-{gone[-1]} were written and truncated "
+                "(this process paused longer than the truncation grace period): one of them may have decided it; "
+                "read the data to find out")
         return None
 
     def truncate(self, grace_ms: int | None = None, *, now: float | None = None) -> int:

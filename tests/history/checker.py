@@ -36,6 +36,8 @@ TRUNCATION_SIGNS = ("is missing", "vanished", "were deleted under this reader", 
 SLACK_NS = 5_000_000
 
 FENCED_ERRORS = frozenset({"ProducerFencedError", "InvalidProducerEpochError"})
+#: What ``CommitStateUnknownError`` says when an expired producer's decision is in entries truncated since.
+UNFINDABLE = "were written and truncated"
 
 TP = tuple[str, int]
 Record = tuple[str, int, "int | None", str]  # topic, partition, offset (None: uncommitted), value
@@ -491,7 +493,10 @@ def group_offsets(h: History) -> list[str]:
 def fencing(h: History) -> list[str]:
     """A zombie (superseded epoch) got an acknowledged commit of anything not committed before the fence, or failed
     with anything but ProducerFencedError. (A zombie retrying the commit of a transaction that was decided before
-    the fence is answered with that decision: acknowledged only if every value of it is in the final read.)"""
+    the fence is answered with that decision: acknowledged only if every value of it is in the final read. When
+    its producer's id has expired and the entries since its request waited are truncated, that decision cannot be
+    found: ``CommitStateUnknownError`` saying so is the truth, as long as the retried transaction is all or nothing
+    in the final read; the retry decided nothing itself.)"""
     out = []
     by_id = {op.id: op for op in h.txns()}
     final = {rec[3] for rec in h.final.records} if h.final is not None else set()
@@ -511,6 +516,9 @@ def fencing(h: History) -> list[str]:
         if op.outcome == OK:
             out.append(f"{what} committed")
         elif op.error and op.error.split(":", 1)[0] not in FENCED_ERRORS:
+            if op.error.startswith("CommitStateUnknownError") and UNFINDABLE in op.error and retried is not None \
+                    and len({v in final for v in retried.values()}) <= 1:
+                continue
             out.append(f"{what} got {op.error} instead of ProducerFencedError")
     return out
 

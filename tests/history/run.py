@@ -34,7 +34,8 @@ from history.workload import KNOWN_DEFECTS, params_for, run_history  # noqa: E40
 
 StoreFactory = Callable[[int], tuple[str, dict[str, str]]]
 #: The fault kinds the figures report, in order.
-FAULT_KINDS = ("crash", "error", "lost-reply", "maintenance-race", "expiry", "corrupt-file", "zombie", "skewed-clock")
+FAULT_KINDS = ("crash", "error", "lost-reply", "maintenance-race", "expiry", "corrupt-file", "zombie", "skewed-clock",
+               "stall")
 
 
 @dataclass

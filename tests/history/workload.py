@@ -14,6 +14,8 @@ consume-transform-produce step. Faults (all drawn from the seed, see :class:`his
   ``init_transactions()``; Spark calls the sink's ``abort(messages)`` after a failed ``commit``, retries failed
   tasks, and replays a failed micro-batch with a new writer; a consumer polls again; a reader reads again;
 * **lost replies** of conditional writes; **zombies** (crashed producers and Spark drivers used later);
+* **stalls**: a committer paused just before it creates its log entry, longer than the scaled truncation grace (a
+  GC pause, a frozen VM), while the other workers commit, checkpoint and truncate the log;
 * **maintenance races**: compaction, retention, GC with a short grace period, truncation, checkpoints, the timeout
   sweep and expiry, as steps of their own and run from another process *at* a protocol point of another operation;
 * **skewed clocks** (sweeps minutes off, expiry eight days ahead); **corrupt files** (one segment or partition
@@ -88,6 +90,9 @@ GRACES = (0, 50, 1000)
 #: Defects in the core that the checker found, all fixed; ``avoid`` makes the workload skip the path that triggered
 #: one (see ``docs/reliability.md``, Findings, and the regression tests in ``tests/test_history.py``).
 KNOWN_DEFECTS: dict[str, str] = {
+    "stalled-committer": "a committer paused past the log truncation grace between reading the log and creating its "
+                         "entry creates it under a number a truncation freed (a ghost below a checkpoint) and "
+                         "acknowledges a commit no reader sees",
     "flush-retry": "commit_transaction() retried after a StoreError while staging drops the rows whose staging "
                    "failed (Producer._stage pops the buffer first) and acknowledges the rest",
     "consumer-advance": "a poll that raises has already advanced the positions of the partitions it read before "
@@ -303,6 +308,17 @@ class Worker:
         if self.spec.fault_rate and self.plan.draw("crash", name) < self.spec.fault_rate:
             self.plan.hit("crash")
             raise InjectedCrash(name)
+        if name == STALL_POINT and "stalled-committer" not in self.spec.avoid and self.spec.fault_rate and \
+                self.plan.draw("stall", name) < self.spec.fault_rate / 2:
+            self.plan.hit("stall")
+            time.sleep(STALL_S)  # the other workers go on meanwhile
+            if "log-truncation-grace" not in self.spec.avoid:
+                self._racing.on = True  # then another process truncates the log below its new checkpoint
+                try:
+                    with faults.injected(None):
+                        self.maintenance(race_at=name, kind="truncate-log")
+                finally:
+                    self._racing.on = False
         if self.spec.race_rate and self.plan.draw("race", name) < self.spec.race_rate:
             self.plan.hit("maintenance-race")
             self._racing.on = True
@@ -719,9 +735,10 @@ class Worker:
     def maintenance_step(self) -> None:
         self.maintenance(race_at=None)
 
-    def maintenance(self, *, race_at: str | None) -> None:
+    def maintenance(self, *, race_at: str | None, kind: str | None = None) -> None:
         """One maintenance pass: a step of its own (its own process, with faults), or, with ``race_at``, run
-        from another fault-free process at a protocol point of the operation in progress."""
+        from another fault-free process at a protocol point of the operation in progress; ``kind`` picks the
+        pass (else drawn)."""
         def pick(options: list[Any], what: str) -> Any:
             if race_at is None:
                 return self.rng.choice(options)
@@ -732,7 +749,7 @@ class Worker:
             kinds.append("truncate-partition")
         if "log-truncation-grace" not in self.spec.avoid:
             kinds.append("truncate-log")
-        kind = pick(kinds, "race-kind")
+        kind = kind or pick(kinds, "race-kind")
         topic = pick(sorted(TOPICS), "race-topic")
         part = pick(list(range(TOPICS[topic])), "race-partition")
         grace = pick(list(GRACES), "race-grace")
@@ -1086,6 +1103,10 @@ def _snapshot_records(tables: dict[str, pa.Table]) -> list[tuple[str, int, int |
 #: ``TransactionLog.truncate`` holds at any scale; a pause longer than ``RECENT_S`` is the assumption it rests on).
 SCALED_RECENT_S = 0.25
 SCALED_MIN_LOG_GRACE_MS = 500
+#: Where a stall pauses a committer (after it read the log, before it creates its entry), and for how long: past
+#: the scaled grace period, so that the entry's number may have been used, checkpointed and truncated meanwhile.
+STALL_POINT = "txnlog.entry.before"
+STALL_S = SCALED_MIN_LOG_GRACE_MS / 1000 + 0.1
 
 
 @contextlib.contextmanager
