@@ -539,6 +539,20 @@ def _raise_store_error(path: str) -> None:
     raise StoreError(f"injected fault: network down reading {path}")
 
 
+def _fail_once(net: _Hooked, kind: str, path: str) -> Callable[[str, str], None]:
+    """A hook for ``net.on`` failing the first ``kind`` call on ``path`` with a StoreError, then removing itself."""
+    def hook(k: str, p: str) -> None:
+        if k == kind and p == path:
+            net.on = lambda kind, path: None
+            _raise_store_error(p)
+    return hook
+
+
+def _days_ahead(days: int = 8) -> int:
+    """The epoch milliseconds ``days`` from now (past a transactional id's expiration)."""
+    return int(time.time() * 1000) + days * 24 * 3600 * 1000
+
+
 def _lake(name: str, *topics: tuple[str, int]) -> str:
     url = f"memory://{name}-{uuid.uuid4().hex}"
     store = open_store(url)
@@ -680,15 +694,12 @@ def test_a_committer_stalled_past_a_log_truncation_never_acknowledges_its_entry_
         with busy.transaction():
             busy.send("t", [{"v": "b6"}])
         if expired:
-            assert busy.coordinator.expire_transactional_ids(now=int(time.time() * 1000) + 8 * 24 * 3600 * 1000)
+            assert busy.coordinator.expire_transactional_ids(now=_days_ahead())
         logs.refresh()
         logs.write_checkpoint()
         assert logs.truncate(grace_ms=100) > 0
 
-    def fail_the_check_once(kind: str, path: str) -> None:
-        if kind == "get" and path == LAST_CHECKPOINT:
-            net.on = lambda kind, path: None
-            _raise_store_error(path)
+    fail_the_check_once = _fail_once(net, "get", LAST_CHECKPOINT)
 
     def stall_at_the_entry(name: str) -> None:
         if name == "txnlog.entry.before" and not seen:
@@ -749,7 +760,7 @@ def test_a_request_decided_by_another_writer_while_its_process_stalled_is_never_
         with busy.transaction():  # its writer serves the waiting intent in the same or the next entry
             busy.send("t", [{"v": "busy"}])
         assert "stalled" in _values(url), "the other writer did not decide the waiting commit"
-        assert later_coord.expire_transactional_ids(now=int(time.time() * 1000) + 8 * 24 * 3600 * 1000)
+        assert later_coord.expire_transactional_ids(now=_days_ahead())
         later = Producer(open_store(url), "later", coordinator=later_coord)
         later.init_transactions()
         for i in range(4):
@@ -801,10 +812,7 @@ def test_a_stalled_committers_real_entry_whose_check_failed_answers_its_retry_af
     stalled.init_transactions()
     seen: list[str] = []
 
-    def fail_the_check_once(kind: str, path: str) -> None:
-        if kind == "get" and path == LAST_CHECKPOINT:
-            net.on = lambda kind, path: None
-            _raise_store_error(path)
+    fail_the_check_once = _fail_once(net, "get", LAST_CHECKPOINT)
 
     def stall_at_the_entry(name: str) -> None:
         if name == "txnlog.entry.before" and not seen:
@@ -819,7 +827,7 @@ def test_a_stalled_committers_real_entry_whose_check_failed_answers_its_retry_af
     assert seen and net.on is not fail_the_check_once
     assert _values(url) == ["stalled"]  # the entry is real: every reader sees the commit
     other = TransactionCoordinator(open_store(url))
-    assert other.expire_transactional_ids(now=int(time.time() * 1000) + 8 * 24 * 3600 * 1000)
+    assert other.expire_transactional_ids(now=_days_ahead())
     neighbour = Producer(net, "neighbour", coordinator=coord)
     neighbour.init_transactions()  # this process's next entry judges the suspect again
     stalled.commit_transaction()  # committed: the suspect, judged real, decided it
