@@ -319,14 +319,18 @@ class TransactionLog(GroupCommit, LogCheckpoints):
         for topic, p, idx in entry.touched:
             self._record_seq[(topic, p, idx)] = entry.seq
         if not self._suspect(entry):
-            for item in entry.items:
-                self._decisions[item.request] = (item, entry.seq)
+            self._take_decisions(entry)
         while len(self._decisions) > _DECISIONS_KEPT:
             self._decisions.popitem(last=False)
         self._since_pointer += 1
         if self._since_pointer >= 4 * self.jump and len(self._record_seq) > 4 * _RECENT_KEPT:
             self._since_pointer = 0
             self._learn_checkpoint()
+
+    def _take_decisions(self, entry: LogEntry) -> None:
+        """Record the decisions of ``entry`` (one of the log's) by request id."""
+        for item in entry.items:
+            self._decisions[item.request] = (item, entry.seq)
 
     def _learn_checkpoint(self) -> None:
         """Learn the newest checkpoint's seq, so bookkeeping below it can be dropped (records below a checkpoint
@@ -408,7 +412,8 @@ class TransactionLog(GroupCommit, LogCheckpoints):
     def _find_decision(self, request_id: str, after: int, upto: int, *, gaps_unknown: bool = False) \
             -> tuple[Item, int] | None:
         """Read entries ``(after, upto]`` (retained: younger than the truncation grace period) looking for the item
-        that decided ``request_id``.
+        that decided ``request_id``. (The caller has already answered a request one of this process's suspects
+        decided, so a suspect read here never decides it.)
 
         Raises:
             CommitStateUnknownError: with ``gaps_unknown``, not found while some of those entries are gone
@@ -421,14 +426,6 @@ class TransactionLog(GroupCommit, LogCheckpoints):
             for seq, entry in zip(seqs, parallel.pmap(self._get_entry, seqs), strict=True):
                 if entry is None:
                     gone.append(seq)
-                    continue
-                if self._suspect(entry):
-                    if any(item.request == request_id for item in entry.items):
-                        raise CommitStateUnknownError(
-                            f"request {request_id} was decided only in log entry {entry.seq}, which this process "
-                            "created after a stall under a number a log truncation may have freed: whether the log "
-                            "holds that decision cannot be told; read the data to find out"
-                        )
                     continue
                 for item in entry.items:
                     if item.request == request_id:
