@@ -2,7 +2,7 @@
 
 The jar (``coordinator/jars/txnlog-spark.jar``, built by ``scripts/build_jar.sh`` from ``jvm/src``) holds the rules
 behind ``txnsource.enable_native`` (reads) and ``txnsink.enable_native`` (writes), and the keyed Parquet format of
-the native write path (``KeyedParquetFormat``, the ``txnlog-v2`` partitioner in the JVM), and the segment format of
+the native write path (``SegmentParquetFormat``, the ``txnlog-v2`` partitioner in the JVM), and the segment format of
 the native read path (``SegmentFormat``, the metadata columns computed in the scan). It is loaded at run time
 into a running Spark driver through its py4j gateway, by a class loader whose parent is Spark's: no ``spark.jars``,
 no static configuration; a keyed write adds it to the Spark context for the executors. This module only handles
@@ -22,7 +22,7 @@ from typing import Any
 
 from coordinator.errors import InvalidOptionError
 
-__all__ = ["JAR", "disable", "enable", "enabled", "jvm_session", "keyed_writes", "segment_scans", "source_hash"]
+__all__ = ["JAR", "disable", "enable", "enabled", "jvm_session", "segment_scans", "segment_writes", "source_hash"]
 
 #: The jar of txnlog's Spark rules.
 JAR = Path(__file__).parent / "jars" / "txnlog-spark.jar"
@@ -67,14 +67,14 @@ def new_object(gateway: Any, jvm: Any, name: str, *args: Any) -> Any:
         thread.setContextClassLoader(previous)
 
 
-def keyed_writes(spark: Any) -> Any:
-    """The jar's ``io.txnlog.spark.KeyedWrites`` for the classic session ``spark``: its ``save(writer, path)`` runs
-    a ``KeyedParquetFormat`` write (the jar shipped to the executors first).
+def segment_writes(spark: Any) -> Any:
+    """The jar's ``io.txnlog.spark.SegmentWrites`` for the classic session ``spark``: its ``save(writer, path)`` runs
+    a ``SegmentParquetFormat`` write (the jar shipped to the executors first).
 
     Raises:
         InvalidOptionError: the jar is missing or does not load into this JVM's Spark.
     """
-    return new_object(spark.sparkContext._gateway, spark.sparkContext._jvm, "io.txnlog.spark.KeyedWrites")
+    return new_object(spark.sparkContext._gateway, spark.sparkContext._jvm, "io.txnlog.spark.SegmentWrites")
 
 
 def segment_scans(spark: Any) -> Any:

@@ -2,16 +2,19 @@
 txnlog transaction publish them.
 
 A Python data source writer hands every row to a Python worker, which encodes it again with pyarrow; Spark's
-Parquet writer encodes in the JVM. :func:`write` therefore runs ``df.write.parquet`` into a staging folder of the
-store (the topic's schema applied: column names, order and types, every column nullable, timestamps as
-microseconds, row groups of :data:`coordinator.segments.ROW_GROUP_ROWS` rows), then, on the driver, reads each file
-(rows, size, CRC-32), moves it into its partition's data folder under a name starting with the transaction id, and
-commits them all as one transaction (:mod:`txnsink.publish`). Placement is the data source's:
+Parquet writer encodes in the JVM. :func:`write` therefore has Spark write Parquet files into a staging folder of
+the store (the topic's schema applied: column names, order and types, every column nullable, timestamps as
+microseconds, row groups of :data:`coordinator.segments.ROW_GROUP_ROWS` rows) through the jar's
+``SegmentParquetFormat`` (Spark's format on Spark Connect): each file's dictionary encoding is chosen once per
+column from its first rows, and on a local store each task syncs and describes its files (rows, size, CRC-32).
+The driver then takes each file's description (or reads the file), moves it into its partition's data folder under
+a name starting with the transaction id, and commits them all as one transaction (:mod:`txnsink.publish`).
+Placement is the data source's:
 
 * without a key, Spark task ``i``'s files go to partition ``(r + i) % partitions`` for a random ``r`` per write;
 * with ``key``, each row's partition is the topic's partitioner over the key columns, so a key lands where the
-  Python producer puts it: computed in the JVM by the jar's ``KeyedParquetFormat``, which writes each task's rows
-  into one file per partition (no sort, no dictionary encoding) in the folders ``partitionBy`` would give, where
+  Python producer puts it: computed in the JVM by the jar's ``SegmentParquetFormat``, which writes each task's rows
+  into one file per partition (no sort) in the folders ``partitionBy`` would give, where
   the key types and the topic's partitioner allow (:func:`jvm_key`); else by an Arrow UDF computing
   :func:`partition_for` over the key columns, and ``partitionBy``. Either way a task writes one file per topic
   partition, and a Parquet file costs ~10 ms of a task's time whatever its size, so the input's Spark partitions are
@@ -304,15 +307,17 @@ def fewer_tasks(frame: DataFrame, task_bytes: int) -> DataFrame:
 
 
 def _spark_write(frame: DataFrame, url: str, keyed: bool, fs_options: Mapping[str, str],
-                 jvm_ordinals: Sequence[int] | None = None, partitions: int = 0) -> None:
-    """``frame.write.parquet(url)`` with microsecond timestamps and row groups of ``ROW_GROUP_ROWS`` rows; when
-    ``keyed``, one folder per partition: by the jar's ``KeyedParquetFormat`` over the key columns at
-    ``jvm_ordinals`` (no dictionary encoding: a task's rows spread over ``partitions`` files, each of which would
-    build its own dictionaries), else by ``partitionBy`` the partitioner UDF's column.
+                 jvm_ordinals: Sequence[int] | None = None, partitions: int = 0, describe: bool = False) -> None:
+    """``frame.write.parquet(url)`` with microsecond timestamps and row groups of ``ROW_GROUP_ROWS`` rows, through
+    the jar's ``SegmentParquetFormat`` in a classic session (each file's dictionaries chosen per column from its
+    first rows: a column of mostly distinct values is written without one; with ``describe``, each file synced and
+    described by its task: :mod:`txnsink.publish`); when ``keyed``, one folder per partition: by that format over
+    the key columns at ``jvm_ordinals``, else by ``partitionBy`` the partitioner UDF's column (Spark's own
+    format).
 
     Raises:
         NativeUnavailable: Spark has no file system for the URL's scheme.
-        InvalidOptionError: the jar is missing or does not load (``jvm_ordinals`` given).
+        InvalidOptionError: the jar is missing or does not load (a classic session).
     """
     from pyspark.errors.exceptions.captured import capture_sql_exception
 
@@ -326,16 +331,18 @@ def _spark_write(frame: DataFrame, url: str, keyed: bool, fs_options: Mapping[st
         w = frame.write.option("compression", "snappy").option("parquet.block.row.count.limit", str(ROW_GROUP_ROWS))
         for k, v in fs_options.items():
             w = w.option(k, v)
+        if describe:
+            w = w.option("txnlog.describe", "true")
         if jvm_ordinals is not None:
             w = w.option("txnlog.key", ",".join(str(i) for i in jvm_ordinals)) \
-                .option("txnlog.partitions", str(partitions)).option("txnlog.folder", PARTITION_COLUMN) \
-                .option("parquet.enable.dictionary", "false")
+                .option("txnlog.partitions", str(partitions)).option("txnlog.folder", PARTITION_COLUMN)
+        if keyed and jvm_ordinals is None:
+            w.partitionBy(PARTITION_COLUMN).parquet(url)
+        elif getattr(w, "_jwrite", None) is not None:
             # Spark's errors as pyspark raises them from its own calls
-            capture_sql_exception(jvm.keyed_writes(spark).save)(w._jwrite, url)
+            capture_sql_exception(jvm.segment_writes(spark).save)(w._jwrite, url)
         else:
-            if keyed:
-                w = w.partitionBy(PARTITION_COLUMN)
-            w.parquet(url)
+            w.parquet(url)  # a Connect session: Spark's own format
     except Exception as exc:
         text = str(exc)
         if "No FileSystem for scheme" in text or ("FileSystem" in text and "ClassNotFoundException" in text):
@@ -363,6 +370,7 @@ def _remove_folder(store: Store, folder: str) -> None:
 
 
 def _native(df: DataFrame, path: str, options: Mapping[str, str], mode: str) -> WriteResult:
+    from coordinator.store_factory import local_path
     from txnsink.plan import plan_write
 
     spark_url(path)  # an in-memory store fails here, before the topic is created
@@ -377,7 +385,8 @@ def _native(df: DataFrame, path: str, options: Mapping[str, str], mode: str) -> 
         return WriteResult("native", skipped=True, rows=0, segments=0)
     key = [plan.renames.get(c, c) for c in plan.options.partition_key]
     frame = conformed(df, plan, meta)
-    ordinals = jvm_key(meta, key, frame.columns) if key else None
+    classic = getattr(df, "_jdf", None) is not None  # the jar's format needs the driver's JVM
+    ordinals = jvm_key(meta, key, frame.columns) if key and classic else None
     if key and ordinals is None:
         if mode == "auto":
             raise NativeUnavailable(KEYED_REASON)
@@ -388,7 +397,8 @@ def _native(df: DataFrame, path: str, options: Mapping[str, str], mode: str) -> 
     folder = staging_folder(tag)
     ptime = None if plan.timestamp_column is not None else now_us()
     try:
-        _spark_write(frame, f"{url}/{folder}", bool(key), hadoop_options(plan), ordinals, meta.partitions)
+        _spark_write(frame, f"{url}/{folder}", bool(key), hadoop_options(plan), ordinals, meta.partitions,
+                     describe=local_path(store.url) is not None)
         files = spark_files(store, folder, meta.partitions, plan.rotation, bool(key))
         return _publish(store, plan, meta, tag, files, ptime)
     finally:

@@ -1,10 +1,12 @@
 """Driver side of the native write path (:mod:`txnsink.native`): turn the Parquet files Spark wrote into a staging
 folder into segments of the topic's partitions, and publish them with one transaction.
 
-Each file is read once on the driver (its row count from the footer, its size and CRC-32 for the segment index),
-then moved into its partition's data folder under a name starting with the transaction id (a rename on a local
-store, made durable as the local store's own writes are: file data and folder entries synced before the commit;
-a copy and a delete elsewhere), so GC judges it like any staged segment. The commit names exactly the moved
+Each file's row count, size and CRC-32 (for the segment index) come from the description the task that wrote it
+left beside it (``<file>.txnlog.json``, written once the task synced the file: the jar's ``FileDescription``, on
+a local store), else from reading the file once on the driver (and syncing it there). Each file is then moved into
+its partition's data folder under a name starting with the transaction id (a rename on a local store, made durable
+as the local store's own writes are: file data and folder entries synced before the commit; a copy and a delete
+elsewhere), so GC judges it like any staged segment. The commit names exactly the moved
 files; if anything fails before the commit is decided, the transaction is aborted through the log and the moved
 files are deleted, exactly as the batch sink's ``abort`` does.
 """
@@ -12,6 +14,7 @@ files are deleted, exactly as the batch sink's ``abort`` does.
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import zlib
@@ -41,6 +44,8 @@ __all__ = ["SparkFile", "abort_native", "move_files", "spark_files", "staging_fo
 STAGING = NATIVE_STAGING
 #: The column a keyed write partitions Spark's output by (never stored: Spark encodes it in folder names).
 PARTITION_COLUMN = "__txnlog_partition"
+#: The name suffix of a file's description written by the task that wrote the file (the jar's ``FileDescription``).
+DESCRIPTION = ".txnlog.json"
 
 _PART = re.compile(r"^part-(\d+)-.*?(?:-c(\d+))?(?:\.[a-z0-9]+)*\.parquet$")
 
@@ -54,12 +59,16 @@ class SparkFile:
         partition: the topic partition it belongs to.
         split: the Spark task (partition id) that wrote it.
         part: the file's number among that task's files.
+        size: its size as listed.
+        description: the path of its description (:data:`DESCRIPTION`), None when its task left none.
     """
 
     path: str
     partition: int
     split: int
     part: int
+    size: int = -1
+    description: str | None = None
 
 
 def staging_folder(tag: str) -> str:
@@ -76,11 +85,13 @@ def spark_files(store: Store, folder: str, partitions: int, rotation: int, keyed
         TxnLogError: a file Spark wrote has a name or folder this path does not expect.
     """
     out = []
-    for info in store.list_info(folder):
+    infos = store.list_info(folder)
+    described = {i.path[:-len(DESCRIPTION)] for i in infos if i.path.endswith(DESCRIPTION)}
+    for info in infos:
         rel = info.path[len(folder) + 1:]
         name = rel.rsplit("/", 1)[-1]
         if not name.endswith(".parquet"):
-            continue  # _SUCCESS, checksums
+            continue  # _SUCCESS, checksums, descriptions
         m = _PART.match(name)
         if m is None:
             raise TxnLogError(f"unexpected file {rel!r} in Spark's output")
@@ -92,8 +103,22 @@ def spark_files(store: Store, folder: str, partitions: int, rotation: int, keyed
             p = int(head.split("=", 1)[1])
         else:
             p = (rotation + split) % partitions
-        out.append(SparkFile(info.path, p, split, part))
+        out.append(SparkFile(info.path, p, split, part, info.size,
+                             info.path + DESCRIPTION if info.path in described else None))
     return sorted(out, key=lambda f: (f.partition, f.split, f.part, f.path))
+
+
+def _describe(store: Store, f: SparkFile) -> tuple[int, int, int] | None:
+    """``f``'s rows, size and CRC-32 as its task described it; None without a description, or one that does not
+    match the file as listed."""
+    if f.description is None:
+        return None
+    try:
+        d = json.loads(store.get(f.description))
+        got = (int(d["rows"]), int(d["size"]), int(d["crc32"]))
+    except (ValueError, KeyError, TypeError):
+        return None
+    return got if got[1] == f.size else None
 
 
 def _move(store: Store, topic: str, txn: str, tag: str, f: SparkFile, index: int, ptime: int | None) -> SegmentRef:
@@ -101,21 +126,26 @@ def _move(store: Store, topic: str, txn: str, tag: str, f: SparkFile, index: int
     move it into its partition's data folder."""
     dst = data_path(topic, f.partition, segment_name(txn, f"spark-{f.split:05d}-{f.part:03d}-{tag}-{index:05d}")
                     + ".parquet")
-    data = store.get(f.path)
-    rows = pq.ParquetFile(io.BytesIO(data)).metadata.num_rows
-    ref = SegmentRef(topic, f.partition, dst, rows, len(data), zlib.crc32(data), ptime=ptime)
     root = local_path(store.url)
+    described = _describe(store, f) if root is not None else None
+    data = b""
+    if described is None:
+        data = store.get(f.path)
+        described = (pq.ParquetFile(io.BytesIO(data)).metadata.num_rows, len(data), zlib.crc32(data))
+    rows, size, crc = described
+    ref = SegmentRef(topic, f.partition, dst, rows, size, crc, ptime=ptime)
     faults.point("native.move")
 
     if root is not None:
         target = os.path.join(root, dst)
         make_folder(os.path.dirname(target))
         source = os.path.join(root, f.path)
-        fd = os.open(source, os.O_RDONLY)
-        try:
-            os.fsync(fd)  # Spark's writer does not sync; a committed segment must survive a machine crash
-        finally:
-            os.close(fd)
+        if data:  # read here, so not synced by its task
+            fd = os.open(source, os.O_RDONLY)
+            try:
+                os.fsync(fd)  # Spark's writer does not sync; a committed segment must survive a machine crash
+            finally:
+                os.close(fd)
         os.replace(source, target)
     else:
         store.put(dst, data)

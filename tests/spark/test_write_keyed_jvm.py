@@ -1,7 +1,7 @@
-"""The native path's keyed write through the jar's ``KeyedParquetFormat``: the JVM partitioner places every row
+"""The native path's keyed write through the jar's ``SegmentParquetFormat``: the JVM partitioner places every row
 where the Python producer's ``txnlog-v2`` partitioner does, for every key type it takes (edge values and nulls
-included), the files it writes carry no dictionaries, and keys it cannot hash go to the partitioner UDF
-(``writePath=native``) or the data source (``auto``, saying why)."""
+included), and keys it cannot hash go to the partitioner UDF (``writePath=native``) or the data source (``auto``,
+saying why). Dictionaries and file descriptions: ``test_write_native.py``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import os
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 import txnsink
@@ -93,28 +92,6 @@ def test_every_key_type_lands_where_the_producer_puts_it(spark: Any, tmp_path: A
         for name, v in r.items():
             w = back[r["id"]][name]
             assert (isinstance(v, float) and math.isnan(v) and math.isnan(w)) or v == w, (name, v, w)
-
-
-def test_keyed_files_have_no_dictionaries_and_bounded_row_groups(spark: Any, tmp_path: Any) -> None:
-    lake = str(tmp_path / "lake")
-    df = spark.range(0, 5000, 1, 2).selectExpr("id", "concat('c-', cast(id % 30 as string)) AS customer")
-    got = txnsink.write(df, lake, "t", key="customer", numPartitions=3)
-    assert got.path == "native" and got.segments is not None and 3 <= got.segments <= 6
-    files = [os.path.join(lake, data_dir("t", p), n) for p in range(3)
-             for n in os.listdir(os.path.join(lake, data_dir("t", p))) if n.endswith(".parquet")]
-    assert len(files) == got.segments
-    for f in files:
-        meta = pq.ParquetFile(f).metadata
-        for g in range(meta.num_row_groups):
-            for c in range(meta.num_columns):
-                col = meta.row_group(g).column(c)
-                assert not col.has_dictionary_page and not {"PLAIN_DICTIONARY", "RLE_DICTIONARY"} & set(
-                    col.encodings), (f, col.path_in_schema, col.encodings)
-    core = rows_of(lake, "t")
-    by_customer: dict[str, set[int]] = {}
-    for r in core.to_pylist():
-        by_customer.setdefault(r["customer"], set()).add(r["_partition"])
-    assert all(len(ps) == 1 for ps in by_customer.values()) and core.num_rows == 5000
 
 
 @pytest.mark.parametrize("path", ["jvm", "udf"])

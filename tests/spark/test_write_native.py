@@ -3,6 +3,7 @@ publishes them; every outcome is read back through the data source, the native r
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
 from typing import Any
@@ -100,6 +101,92 @@ def test_per_partition_order_follows_tasks_and_row_groups_are_bounded(spark: Any
     p = core.column("_partition")[0].as_py()
     meta = pq.ParquetFile(os.path.join(lake, data_dir("big", p), name)).metadata
     assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [ROW_GROUP_ROWS, 5000]
+
+
+@pytest.mark.parametrize("key", [None, "customer"])
+def test_each_file_chooses_its_dictionaries_once_from_its_first_rows(spark: Any, tmp_path: Any,
+                                                                     key: str | None) -> None:
+    """A column whose first rows in a file (Parquet's first page, 20,000 rows) are distinct is written without a
+    dictionary in every row group of that file, even a later one whose values repeat (Parquet alone would try a
+    dictionary again per row group and keep it there); a column of few values keeps its dictionary throughout."""
+    import pyarrow.parquet as pq
+
+    lake = str(tmp_path / "lake")
+    half = 700_000  # per task: keyed over 2 partitions, each file still spans two row groups
+    df = spark.range(0, 2 * half, 1, 2).selectExpr(
+        "id", f"CASE WHEN id % {half} < 60000 THEN id ELSE id % 7 END AS x", "concat('c-', id % 30) AS customer")
+    got = txnsink.write(df, lake, "dict", key=key, numPartitions=2, writePath="native")
+    assert got.path == "native" and got.rows == 2 * half
+    files = [os.path.join(lake, data_dir("dict", p), n) for p in range(2)
+             for n in os.listdir(os.path.join(lake, data_dir("dict", p))) if n.endswith(".parquet")]
+    assert len(files) == (4 if key else 2)
+    for f in files:
+        meta = pq.ParquetFile(f).metadata
+        assert meta.num_row_groups >= 2
+        for g in range(meta.num_row_groups):
+            assert meta.row_group(g).num_rows <= ROW_GROUP_ROWS
+            chunks = {meta.row_group(g).column(c).path_in_schema: meta.row_group(g).column(c)
+                      for c in range(meta.num_columns)}
+            assert not chunks["id"].has_dictionary_page, (f, g)
+            assert not chunks["x"].has_dictionary_page, (f, g, chunks["x"].encodings)
+            assert chunks["customer"].has_dictionary_page, (f, g)
+    table = topic_rows(lake, "dict")
+    assert sorted(table.column("id").to_pylist()) == list(range(2 * half))
+    if key:
+        placed = {r["customer"]: r["_partition"] for r in table.select(["customer", "_partition"]).to_pylist()}
+        expected = partition_for(pa.table({"customer": list(placed)}), ["customer"], 2,
+                                 get_topic(open_store(lake), "dict"))
+        assert list(placed.values()) == list(expected)
+
+
+@pytest.mark.parametrize("key", [None, "customer"])
+def test_tasks_describe_and_sync_their_files_so_the_driver_reads_no_data(spark: Any, lake: str, monkeypatch: Any,
+                                                                          key: str | None) -> None:
+    """On a local store each task syncs its files and describes them (rows, size, CRC-32): the driver reads the
+    descriptions, never a data file, and the index says exactly what each file holds. A description that does
+    not match its file (here: every size off by one) is ignored, and the driver reads and syncs the files."""
+    import zlib
+
+    import pyarrow.parquet as pq
+
+    import txnsink.publish as publish
+    from coordinator.backends.local import LocalStore
+
+    reads: list[str] = []
+    synced: list[int] = []
+    get = LocalStore.get
+    monkeypatch.setattr(LocalStore, "get", lambda self, path: (reads.append(path), get(self, path))[1])
+    fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), fsync(fd))[0])
+
+    def check(topic: str) -> None:
+        store = open_store(lake)
+        refs = []
+        for p in range(2):
+            plog = TransactionCoordinator(store).partition(topic, p)
+            plog.refresh()
+            refs += plog.segments
+        assert refs and sum(r.rows for r in refs) == 5000
+        for r in refs:
+            data = get(store, r.path)  # type: ignore[arg-type]
+            assert (r.rows, r.size, r.crc32) == (pq.ParquetFile(pa.BufferReader(data)).metadata.num_rows,
+                                                 len(data), zlib.crc32(data))
+
+    got = txnsink.write(frame(spark, 5000), lake, "described", key=key, numPartitions=2, writePath="native")
+    assert got.path == "native" and got.segments
+    assert not [p for p in reads if p.endswith(".parquet")], reads
+    assert len([p for p in reads if p.endswith(".txnlog.json")]) == got.segments
+    files_synced = len(synced)
+    check("described")
+
+    listed = publish.spark_files
+    monkeypatch.setattr(txnsink.native, "spark_files", lambda *a: [
+        dataclasses.replace(f, size=f.size + 1) for f in listed(*a)])
+    reads.clear()
+    got = txnsink.write(frame(spark, 5000), lake, "undescribed", key=key, numPartitions=2, writePath="native")
+    assert len([p for p in reads if p.endswith(".parquet")]) == got.segments
+    assert len(synced) - files_synced >= got.segments  # the driver synced each file it read
+    check("undescribed")
 
 
 def test_non_null_columns_are_written_nullable_into_an_existing_python_topic(spark: Any, lake: str) -> None:

@@ -1,0 +1,213 @@
+package io.txnlog.spark;
+
+import java.util.ArrayList;
+import java.util.List;
+
+import org.apache.hadoop.mapreduce.Job;
+import org.apache.hadoop.mapreduce.TaskAttemptContext;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.execution.datasources.OutputWriter;
+import org.apache.spark.sql.execution.datasources.OutputWriterFactory;
+import org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat;
+import org.apache.spark.sql.types.StructType;
+
+/**
+ * Spark's Parquet file format as the native write path writes segments: each file's dictionary encoding chosen per
+ * column once, from the file's first rows ({@link DictionaryChoice}), and with a key, each task's rows written into
+ * one file per topic partition, without a partition column, a sort or a Python worker.
+ *
+ * <p>Contract: {@code df.write.format(SegmentParquetFormat.class.getName())} writes each task's rows into the file
+ * Spark asked for. With the options {@link #KEY} (the key columns' positions in the rows, comma-separated),
+ * {@link #PARTITIONS} (the topic's partition count) and {@link #FOLDER} (the folder name prefix), it instead writes
+ * the row whose {@link KeyHash} partition is {@code p} into {@code <FOLDER>=<p>/<name>} beside the file Spark asked
+ * for, {@code <name>} being that file's name: the layout {@code partitionBy(FOLDER)} gives, inside the task attempt's
+ * folder, so Spark's commit protocol publishes a task's files together or not at all. A task writes no file for a
+ * partition it has no row for (nor, without a key, when it has no row at all). A file's writer opens once its first
+ * rows are judged (up to Parquet's first page of rows, buffered as copies). Reading goes through
+ * {@link ParquetFileFormat} unchanged. Invalid key options fail the write when it is planned
+ * ({@link IllegalArgumentException}).
+ */
+public class SegmentParquetFormat extends ParquetFileFormat {
+    private static final long serialVersionUID = 1L;
+    public static final String KEY = "txnlog.key";
+    public static final String PARTITIONS = "txnlog.partitions";
+    public static final String FOLDER = "txnlog.folder";
+    /** Option: {@code true} has each task describe its closed files ({@link FileDescription}). */
+    public static final String DESCRIBE = "txnlog.describe";
+
+    @Override
+    public OutputWriterFactory prepareWrite(SparkSession session, Job job,
+                                            scala.collection.immutable.Map<String, String> options,
+                                            StructType dataSchema) {
+        OutputWriterFactory files = super.prepareWrite(session, job, options, dataSchema);
+        int sample = DictionaryChoice.sampleRows(job.getConfiguration());
+        boolean describe = "true".equals(Options.optional(options, DESCRIBE));
+        if (Options.optional(options, KEY) == null) {
+            return new Factory(files, null, 1, null, sample, describe);
+        }
+        String key = Options.required(options, KEY, "the keyed Parquet write");
+        String folder = Options.required(options, FOLDER, "the keyed Parquet write");
+        int partitions;
+        int[] ordinals;
+        try {
+            partitions = Integer.parseInt(Options.required(options, PARTITIONS, "the keyed Parquet write"));
+            String[] parts = key.split(",");
+            ordinals = new int[parts.length];
+            for (int i = 0; i < parts.length; i++) {
+                ordinals[i] = Integer.parseInt(parts[i].trim());
+            }
+        } catch (NumberFormatException e) {
+            throw new IllegalArgumentException("txnlog: invalid " + KEY + " or " + PARTITIONS + " option", e);
+        }
+        if (folder.isEmpty() || folder.contains("/")) {
+            throw new IllegalArgumentException("txnlog: invalid " + FOLDER + " option " + folder);
+        }
+        return new Factory(files, new KeyHash(dataSchema, ordinals, partitions), partitions, folder, sample,
+                describe);
+    }
+
+    @Override
+    public String toString() {
+        return "TxnlogSegmentParquet";
+    }
+
+    private static final class Factory extends OutputWriterFactory {
+        private static final long serialVersionUID = 1L;
+        private final OutputWriterFactory files;
+        private final KeyHash hash;
+        private final int partitions;
+        private final String folder;
+        private final int sample;
+        private final boolean describe;
+
+        /** {@code hash} null: one file per task; {@code sample}: rows judged before a file opens (0: none). */
+        Factory(OutputWriterFactory files, KeyHash hash, int partitions, String folder, int sample,
+                boolean describe) {
+            this.files = files;
+            this.hash = hash;
+            this.partitions = partitions;
+            this.folder = folder;
+            this.sample = sample;
+            this.describe = describe;
+        }
+
+        @Override
+        public String getFileExtension(TaskAttemptContext context) {
+            return files.getFileExtension(context);
+        }
+
+        @Override
+        public OutputWriter newInstance(String path, StructType dataSchema, TaskAttemptContext context) {
+            return new Writer(this, path, dataSchema, context);
+        }
+    }
+
+    /** Routes each row to its partition's file, opened at the partition's first row once the first rows are judged. */
+    private static final class Writer extends OutputWriter {
+        private final Factory factory;
+        private final String path;
+        private final String dir;
+        private final String name;
+        private final StructType schema;
+        private TaskAttemptContext context;
+        private final OutputWriter[] writers;
+        private final String[] files;
+        private final long[] rows;
+        private List<InternalRow> sample;
+        private long sampleBytes;
+
+        Writer(Factory factory, String path, StructType schema, TaskAttemptContext context) {
+            this.factory = factory;
+            this.path = path;
+            int slash = path.lastIndexOf('/');
+            this.dir = path.substring(0, slash);
+            this.name = path.substring(slash + 1);
+            this.schema = schema;
+            this.context = context;
+            this.writers = new OutputWriter[factory.partitions];
+            this.files = new String[factory.partitions];
+            this.rows = new long[factory.partitions];
+            this.sample = factory.sample > 0 ? new ArrayList<>() : null;
+        }
+
+        @Override
+        public void write(InternalRow row) {
+            if (sample != null) {
+                InternalRow copy = row.copy();
+                sample.add(copy);
+                sampleBytes += copy instanceof org.apache.spark.sql.catalyst.expressions.UnsafeRow
+                        ? ((org.apache.spark.sql.catalyst.expressions.UnsafeRow) copy).getSizeInBytes() : 64;
+                if (sample.size() >= factory.sample || sampleBytes >= DictionaryChoice.SAMPLE_BYTES) {
+                    judge();
+                }
+                return;
+            }
+            route(row);
+        }
+
+        /** Choose the files' dictionaries from the buffered rows, then write them. */
+        private void judge() {
+            List<InternalRow> rows = sample;
+            sample = null;
+            if (rows.isEmpty()) {
+                return;
+            }
+            context = DictionaryChoice.context(context, schema, rows);
+            for (InternalRow r : rows) {
+                route(r);
+            }
+        }
+
+        private void route(InternalRow row) {
+            int p = factory.hash == null ? 0 : factory.hash.partition(row);
+            OutputWriter w = writers[p];
+            if (w == null) {
+                String file = factory.hash == null ? path : dir + "/" + factory.folder + "=" + p + "/" + name;
+                w = factory.files.newInstance(file, schema, context);
+                writers[p] = w;
+                files[p] = file;
+            }
+            w.write(row);
+            rows[p]++;
+        }
+
+        @Override
+        public void close() {
+            RuntimeException first = null;
+            if (sample != null) {
+                try {
+                    judge();
+                } catch (RuntimeException e) {
+                    first = e;  // the files opened so far are still closed
+                }
+            }
+            for (int p = 0; p < writers.length; p++) {
+                if (writers[p] == null) {
+                    continue;
+                }
+                try {
+                    writers[p].close();
+                    if (factory.describe && first == null) {
+                        FileDescription.write(files[p], rows[p], context.getConfiguration());
+                    }
+                } catch (RuntimeException e) {
+                    if (first == null) {
+                        first = e;
+                    } else {
+                        first.addSuppressed(e);
+                    }
+                }
+                writers[p] = null;
+            }
+            if (first != null) {
+                throw first;
+            }
+        }
+
+        @Override
+        public String path() {
+            return path;
+        }
+    }
+}
