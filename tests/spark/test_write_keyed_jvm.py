@@ -94,6 +94,25 @@ def test_every_key_type_lands_where_the_producer_puts_it(spark: Any, tmp_path: A
             assert (isinstance(v, float) and math.isnan(v) and math.isnan(w)) or v == w, (name, v, w)
 
 
+def test_each_partition_takes_a_tasks_rows_in_the_tasks_order(spark: Any, tmp_path: Any) -> None:
+    """A task buffers its rows per partition and hands each partition's writer runs of them (many runs per
+    partition here, the last at close): each partition's records keep the order the task produced them in, and
+    every row lands where the producer puts it."""
+    lake = str(tmp_path / "lake")
+    n = 30_000  # about 7 MB of rows in one task: several 256 KiB runs per partition
+    df = spark.range(0, n, 1, 1).selectExpr("id", "id % 11 AS k", "repeat('x', 200) AS pad")
+    got = txnsink.write(df, lake, "ordered", key="k", numPartitions=3, writePath="native")
+    assert got.path == "native" and got.segments == 3
+    core = rows_of(lake, "ordered")
+    assert core.num_rows == n
+    meta = get_topic(open_store(lake), "ordered")
+    assert core.column("_partition").to_pylist() == partition_for(core, ["k"], 3, meta).tolist()
+    for p in range(3):
+        part = [r for r in core.select(["id", "_partition", "_offset"]).to_pylist() if r["_partition"] == p]
+        ids = [r["id"] for r in sorted(part, key=lambda r: r["_offset"])]
+        assert ids and ids == sorted(ids), p
+
+
 @pytest.mark.parametrize("path", ["jvm", "udf"])
 def test_a_keyed_write_merges_small_input_partitions_into_one_task_per_core(spark: Any, tmp_path: Any,
                                                                            path: str) -> None:

@@ -7,6 +7,7 @@ import org.apache.hadoop.mapreduce.Job;
 import org.apache.hadoop.mapreduce.TaskAttemptContext;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.execution.datasources.OutputWriter;
 import org.apache.spark.sql.execution.datasources.OutputWriterFactory;
 import org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat;
@@ -116,6 +117,7 @@ public class SegmentParquetFormat extends ParquetFileFormat {
         private final long[] rows;
         private List<InternalRow> sample;
         private long sampleBytes;
+        private final PartitionRuns runs;
 
         Writer(Factory factory, String path, StructType schema, TaskAttemptContext context) {
             this.factory = factory;
@@ -129,6 +131,8 @@ public class SegmentParquetFormat extends ParquetFileFormat {
             this.files = new String[factory.partitions];
             this.rows = new long[factory.partitions];
             this.sample = factory.sample > 0 ? new ArrayList<>() : null;
+            this.runs = factory.hash == null || factory.partitions == 1 ? null
+                    : new PartitionRuns(factory.partitions, schema.length());
         }
 
         @Override
@@ -136,8 +140,7 @@ public class SegmentParquetFormat extends ParquetFileFormat {
             if (sample != null) {
                 InternalRow copy = row.copy();
                 sample.add(copy);
-                sampleBytes += copy instanceof org.apache.spark.sql.catalyst.expressions.UnsafeRow
-                        ? ((org.apache.spark.sql.catalyst.expressions.UnsafeRow) copy).getSizeInBytes() : 64;
+                sampleBytes += copy instanceof UnsafeRow ? ((UnsafeRow) copy).getSizeInBytes() : 64;
                 if (sample.size() >= factory.sample || sampleBytes >= DictionaryChoice.SAMPLE_BYTES) {
                     judge();
                 }
@@ -160,7 +163,22 @@ public class SegmentParquetFormat extends ParquetFileFormat {
         }
 
         private void route(InternalRow row) {
-            int p = factory.hash == null ? 0 : factory.hash.partition(row);
+            if (runs == null) {
+                put(0, row);
+                return;
+            }
+            int p = factory.hash.partition(row);
+            if (!(row instanceof UnsafeRow)) {
+                if (runs.holds(p)) {
+                    runs.drain(p, r -> put(p, r));
+                }
+                put(p, row);
+            } else if (runs.add(p, (UnsafeRow) row)) {
+                runs.drain(p, r -> put(p, r));
+            }
+        }
+
+        private void put(int p, InternalRow row) {
             OutputWriter w = writers[p];
             if (w == null) {
                 String file = factory.hash == null ? path : dir + "/" + factory.folder + "=" + p + "/" + name;
@@ -175,12 +193,18 @@ public class SegmentParquetFormat extends ParquetFileFormat {
         @Override
         public void close() {
             RuntimeException first = null;
-            if (sample != null) {
-                try {
+            try {
+                if (sample != null) {
                     judge();
-                } catch (RuntimeException e) {
-                    first = e;  // the files opened so far are still closed
                 }
+                for (int p = 0; runs != null && p < writers.length; p++) {
+                    if (runs.holds(p)) {
+                        final int q = p;
+                        runs.drain(p, r -> put(q, r));
+                    }
+                }
+            } catch (RuntimeException e) {
+                first = e;  // the files opened so far are still closed
             }
             for (int p = 0; p < writers.length; p++) {
                 if (writers[p] == null) {
