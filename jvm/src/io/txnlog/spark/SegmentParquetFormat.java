@@ -25,9 +25,11 @@ import org.apache.spark.sql.types.StructType;
  * for, {@code <name>} being that file's name: the layout {@code partitionBy(FOLDER)} gives, inside the task attempt's
  * folder, so Spark's commit protocol publishes a task's files together or not at all. A task writes no file for a
  * partition it has no row for (nor, without a key, when it has no row at all). A file's writer opens once its first
- * rows are judged (up to Parquet's first page of rows, buffered as copies). Reading goes through
- * {@link ParquetFileFormat} unchanged. Invalid key options fail the write when it is planned
- * ({@link IllegalArgumentException}).
+ * rows are judged (up to Parquet's first page of rows, buffered as copies); a keyed task hands each partition's
+ * writer its rows in runs ({@link PartitionRuns}), each partition's in the task's order. With {@link #DESCRIBE}
+ * = {@code true}, each file is synced and described once closed ({@link FileDescription}); a failure there fails
+ * the task. Reading goes through {@link ParquetFileFormat} unchanged. Invalid key options fail the write when it is
+ * planned ({@link IllegalArgumentException}).
  */
 public class SegmentParquetFormat extends ParquetFileFormat {
     private static final long serialVersionUID = 1L;
