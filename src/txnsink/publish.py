@@ -128,6 +128,7 @@ def _move(store: Store, topic: str, txn: str, tag: str, f: SparkFile, index: int
                     + ".parquet")
     root = local_path(store.url)
     described = _describe(store, f) if root is not None else None
+    synced = described is not None  # its task synced it before describing it
     data = b""
     if described is None:
         data = store.get(f.path)
@@ -140,7 +141,7 @@ def _move(store: Store, topic: str, txn: str, tag: str, f: SparkFile, index: int
         target = os.path.join(root, dst)
         make_folder(os.path.dirname(target))
         source = os.path.join(root, f.path)
-        if data:  # read here, so not synced by its task
+        if not synced:
             fd = os.open(source, os.O_RDONLY)
             try:
                 os.fsync(fd)  # Spark's writer does not sync; a committed segment must survive a machine crash

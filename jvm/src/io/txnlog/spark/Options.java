@@ -7,12 +7,6 @@ final class Options {
     private Options() {
     }
 
-    /**
-     * The value of option {@code name} (or of its lower-case form, as Spark may pass it).
-     *
-     * @param user what needs the option, for the error ("the keyed Parquet write")
-     * @throws IllegalArgumentException when neither form is set
-     */
     /** The value of option {@code name} (or of its lower-case form, as Spark may pass it); null when unset. */
     static String optional(scala.collection.immutable.Map<String, String> options, String name) {
         Option<String> got = options.get(name);
@@ -22,6 +16,12 @@ final class Options {
         return got.isEmpty() ? null : got.get();
     }
 
+    /**
+     * The value of option {@code name} (or of its lower-case form, as Spark may pass it).
+     *
+     * @param user what needs the option, for the error ("the keyed Parquet write")
+     * @throws IllegalArgumentException when neither form is set
+     */
     static String required(scala.collection.immutable.Map<String, String> options, String name, String user) {
         String got = optional(options, name);
         if (got == null) {

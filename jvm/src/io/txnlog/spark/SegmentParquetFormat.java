@@ -153,13 +153,13 @@ public class SegmentParquetFormat extends ParquetFileFormat {
 
         /** Choose the files' dictionaries from the buffered rows, then write them. */
         private void judge() {
-            List<InternalRow> rows = sample;
+            List<InternalRow> first = sample;
             sample = null;
-            if (rows.isEmpty()) {
+            if (first.isEmpty()) {
                 return;
             }
-            context = DictionaryChoice.context(context, schema, rows);
-            for (InternalRow r : rows) {
+            context = DictionaryChoice.context(context, schema, first);
+            for (InternalRow r : first) {
                 route(r);
             }
         }
