@@ -113,6 +113,33 @@ def test_each_partition_takes_a_tasks_rows_in_the_tasks_order(spark: Any, tmp_pa
         assert ids and ids == sorted(ids), p
 
 
+def written_files_metric(spark: Any) -> int:
+    """Spark's "number of written files" of the session's last write command (its SQL metrics)."""
+    store = spark._jsparkSession.sharedState().statusStore()
+    found = None
+    executions = store.executionsList().iterator()
+    while executions.hasNext():
+        e = executions.next()
+        values = store.executionMetrics(e.executionId())
+        metrics = e.metrics().iterator()
+        while metrics.hasNext():
+            m = metrics.next()
+            if m.name() == "number of written files" and values.contains(m.accumulatorId()):
+                found = int(values.apply(m.accumulatorId()).replace(",", ""))
+    assert found is not None, "no write command in the session's SQL executions"
+    return found
+
+
+def test_spark_counts_a_file_for_each_keyed_task(spark: Any, tmp_path: Any) -> None:
+    """A keyed task writes its partitions' files, never the one file Spark named; the writer names one it wrote, so
+    Spark's task statistics count it (instead of warning, per task, "Expected 1 files, but only saw 0")."""
+    lake = str(tmp_path / "lake")
+    df = spark.range(0, 20_000, 1, 2).selectExpr("id", "id % 7 AS k")
+    got = txnsink.write(df, lake, "counted", key="k", numPartitions=3, writePath="native", keyedTaskBytes=0)
+    assert got.path == "native" and got.segments == 6
+    assert written_files_metric(spark) == 2
+
+
 @pytest.mark.parametrize("path", ["jvm", "udf"])
 def test_a_keyed_write_merges_small_input_partitions_into_one_task_per_core(spark: Any, tmp_path: Any,
                                                                            path: str) -> None:

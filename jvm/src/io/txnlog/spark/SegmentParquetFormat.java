@@ -28,7 +28,8 @@ import org.apache.spark.sql.types.StructType;
  * rows are judged (up to Parquet's first page of rows, buffered as copies); a keyed task hands each partition's
  * writer its rows in runs ({@link PartitionRuns}), each partition's in the task's order. With {@link #DESCRIBE}
  * = {@code true}, each file is synced and described once closed ({@link FileDescription}); a failure there fails
- * the task. Reading goes through {@link ParquetFileFormat} unchanged. Invalid key options fail the write when it is
+ * the task. {@code path()} names a file the writer wrote (for Spark's task statistics: one file per keyed task).
+ * Reading goes through {@link ParquetFileFormat} unchanged. Invalid key options fail the write when it is
  * planned ({@link IllegalArgumentException}).
  */
 public class SegmentParquetFormat extends ParquetFileFormat {
@@ -231,8 +232,18 @@ public class SegmentParquetFormat extends ParquetFileFormat {
             }
         }
 
+        /**
+         * The file Spark asked for, or with a key the first file this writer opened: Spark's task statistics look
+         * for the file this names once the writer is closed, so a keyed task counts one file instead of warning
+         * that the file it asked for was never written.
+         */
         @Override
         public String path() {
+            for (String file : files) {
+                if (file != null) {
+                    return file;
+                }
+            }
             return path;
         }
     }
