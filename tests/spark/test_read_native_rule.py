@@ -87,6 +87,30 @@ def test_every_action_takes_a_new_snapshot_as_the_data_source_does(native: Any, 
     assert parquet_scans(df) == 1
 
 
+def test_a_snapshot_planned_again_reuses_its_scan_with_new_columns(native: Any, orders: str) -> None:
+    """A query over a snapshot already planned takes its file relation again without listing the files (Spark's
+    files-discovered counter stays put), with new column ids: two scans of one snapshot in a self-join stay two
+    relations. A commit makes a new snapshot, whose files are listed."""
+    discovered = native._jvm.org.apache.spark.metrics.source.HiveCatalogMetrics.METRIC_FILES_DISCOVERED()
+    df = reader(native, orders, topic="orders")
+    assert df.count() == 15
+    before = discovered.getCount()
+    assert df.count() == 15
+    assert discovered.getCount() == before
+
+    a = reader(native, orders, topic="orders").alias("a")
+    b = reader(native, orders, topic="orders").alias("b")
+    joined = a.join(b, a["id"] == b["id"] + 1).select(a["id"].alias("x"), b["id"].alias("y"), b["name"])
+    assert parquet_scans(joined) == 2
+    got = sorted((r.x, r.y, r.name) for r in joined.collect())
+    assert got == [(i, i - 1, f"n{i - 1}") for i in list(range(1, 10)) + list(range(101, 105))]
+    assert discovered.getCount() == before
+
+    produce(orders, "orders", [rows(300, 2)], partition=1, tid="again")
+    assert df.count() == 17
+    assert discovered.getCount() > before
+
+
 def test_scans_the_native_path_cannot_read_stay_with_the_data_source(native: Any, with_open_and_aborted: str) -> None:
     uncommitted = reader(native, with_open_and_aborted, topic="orders", isolationLevel="read_uncommitted")
     assert parquet_scans(uncommitted) == 0

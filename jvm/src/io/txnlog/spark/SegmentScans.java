@@ -2,8 +2,10 @@ package io.txnlog.spark;
 
 import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.TreeMap;
 
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
@@ -25,18 +27,60 @@ import scala.jdk.javaapi.CollectionConverters;
  * Dataset whose columns have the schema's nullability (Spark reads a file relation's columns as nullable; the
  * caller vouches that the files hold no null in a column declared not null, and the computed columns never are).
  * Errors are Spark's; a plan that is not one file relation fails ({@link IllegalStateException}).
+ *
+ * <p>The file relations of the last {@link #CACHED} distinct loads (session, schema, options and paths) are kept: a
+ * load equal to one of them (a query over a snapshot already planned) takes a new instance of its relation (new
+ * column ids) instead of resolving and listing the files again. The files a load names are immutable segments, so
+ * the relation's listing stays true while a snapshot names them.
  */
 public final class SegmentScans {
+    /** How many file relations are kept. */
+    static final int CACHED = 32;
+
+    private static final Map<List<Object>, LogicalRelation> RELATIONS =
+        new LinkedHashMap<List<Object>, LogicalRelation>(16, 0.75f, true) {
+            private static final long serialVersionUID = 1L;
+
+            @Override
+            protected boolean removeEldestEntry(Map.Entry<List<Object>, LogicalRelation> eldest) {
+                return size() > CACHED;
+            }
+        };
+
+    /** A session as a key: equal only to itself. */
+    private record Session(Object session) {
+        @Override
+        public boolean equals(Object o) {
+            return o instanceof Session && ((Session) o).session == session;
+        }
+
+        @Override
+        public int hashCode() {
+            return System.identityHashCode(session);
+        }
+    }
+
     /** The scan (see the class comment). */
     public Dataset<Row> load(org.apache.spark.sql.classic.SparkSession session, String schemaJson,
                              Map<String, String> options, List<String> paths) {
         Jar.ship();
         StructType schema = (StructType) DataType.fromJson(schemaJson);
-        Dataset<Row> read = Jar.withLoader(() -> session.read().schema(schema).options(options)
-            .format(SegmentFormat.class.getName()).load(CollectionConverters.asScala(paths).toSeq()));
-        LogicalPlan plan = read.queryExecution().analyzed();
-        if (!(plan instanceof LogicalRelation)) {
-            throw new IllegalStateException("txnlog: a segment scan planned as " + plan.nodeName());
+        List<Object> key = List.of(new Session(session), schemaJson, new TreeMap<>(options), List.copyOf(paths));
+        LogicalPlan plan;
+        synchronized (RELATIONS) {
+            LogicalRelation cached = RELATIONS.get(key);
+            plan = cached == null ? null : cached.newInstance();
+        }
+        if (plan == null) {
+            Dataset<Row> read = Jar.withLoader(() -> session.read().schema(schema).options(options)
+                .format(SegmentFormat.class.getName()).load(CollectionConverters.asScala(paths).toSeq()));
+            plan = read.queryExecution().analyzed();
+            if (!(plan instanceof LogicalRelation)) {
+                throw new IllegalStateException("txnlog: a segment scan planned as " + plan.nodeName());
+            }
+            synchronized (RELATIONS) {
+                RELATIONS.put(key, (LogicalRelation) plan);
+            }
         }
         Map<String, Boolean> nullable = new HashMap<>();
         for (StructField f : schema.fields()) {
