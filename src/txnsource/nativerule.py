@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from coordinator import jvm as jvm_rules
@@ -54,15 +53,15 @@ class _Planner:
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
 
-    def plan(self, options: Mapping[str, str], schema_json: str) -> Any:
+    def plan(self, options_json: str, schema_json: str) -> Any:
         """The scan's Dataset (a py4j object), an error text (``readPath`` = ``native`` that cannot be honoured),
-        or None (the data source reads)."""
+        or None (the data source reads), for the scan's options given as one JSON object."""
         from pyspark.sql.types import StructType
 
         from txnsource.native import NativeUnavailable, native_frame
         from txnsource.options import parse_options
 
-        text = {str(k): str(v) for k, v in options.items()}
+        text = {str(k): str(v) for k, v in json.loads(options_json).items()}
         try:
             opts = parse_options(text, streaming=False)
         except Exception:  # noqa: BLE001 - the data source reports bad options as it always does

@@ -14,6 +14,7 @@ files, with the metadata columns computed one of two ways.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -223,7 +224,8 @@ def segment_frame(spark: SparkSession, scan: NativeScan, schema: StructType,
     if scan.glob is not None:
         options["pathGlobFilter"] = scan.glob
     jss = jvm.jvm_session(spark, "the native read path", "read with readPath=python")
-    loaded = capture_sql_exception(jvm.segment_scans(spark).load)(jss, schema.json(), options, list(scan.paths))
+    loaded = capture_sql_exception(jvm.segment_scans(spark).load)(jss, schema.json(), json.dumps(options),
+                                                                  json.dumps(list(scan.paths)))
     return ClassicFrame(loaded, spark)
 
 

@@ -22,16 +22,17 @@ import scala.jdk.javaapi.CollectionConverters;
  * Python data source {@code txnlog} by the plan of Spark's own Parquet reader over the same committed snapshot.
  *
  * <p>Contract: the planner (a Python object of the driver, reached through py4j) is called once per scan each time a
- * query is optimized, with the scan's options and output schema; it returns a classic {@code Dataset} whose columns
- * have the scan's names and types in the scan's order, a {@code String} (an error: the read must not fall back), or
- * null (keep the Python data source). The replacement is a projection that gives every column of the Dataset the
- * expression id of the scan's column, so everything above the scan reads it unchanged. A scan is never replaced
- * while Spark's Python filter pushdown is on: filters the data source took over are no longer in the plan.
+ * query is optimized, with the scan's options (one JSON object: a map would cost a round trip per entry) and output
+ * schema (JSON); it returns a classic {@code Dataset} whose columns have the scan's names and types in the scan's
+ * order, a {@code String} (an error: the read must not fall back), or null (keep the Python data source). The
+ * replacement is a projection that gives every column of the Dataset the expression id of the scan's column, so
+ * everything above the scan reads it unchanged. A scan is never replaced while Spark's Python filter pushdown is on:
+ * filters the data source took over are no longer in the plan.
  */
 public class NativeReadRule extends Rule<LogicalPlan> {
     /** Plans a native read: see the class comment. */
     public interface Planner {
-        Object plan(Map<String, String> options, String schemaJson);
+        Object plan(String optionsJson, String schemaJson);
     }
 
     /** The Spark configuration under which the data source receives filters (and the plan no longer has them). */
@@ -66,7 +67,7 @@ public class NativeReadRule extends Rule<LogicalPlan> {
             return null;
         }
         Map<String, String> options = new HashMap<>(relation.options().asCaseSensitiveMap());
-        Object got = planner.plan(options, scan.schema().json());
+        Object got = planner.plan(NativeWriteRule.json(options), scan.schema().json());
         if (got instanceof String) {
             throw new IllegalArgumentException((String) got);
         }

@@ -22,10 +22,11 @@ import scala.jdk.javaapi.CollectionConverters;
  * Builds the native read path's scans: {@link SegmentFormat} over given paths, its columns as nullable as the read
  * schema says.
  *
- * <p>Contract: {@link #load} adds the jar to the Spark context once (executors load the format's reader), reads
- * {@code paths} with {@link SegmentFormat}, the schema {@code schemaJson} and {@code options}, and returns the
- * Dataset whose columns have the schema's nullability (Spark reads a file relation's columns as nullable; the
- * caller vouches that the files hold no null in a column declared not null, and the computed columns never are).
+ * <p>Contract: {@code load} adds the jar to the Spark context once (executors load the format's reader), reads
+ * {@code paths} (a JSON array) with {@link SegmentFormat}, the schema {@code schemaJson} and {@code options} (a JSON
+ * object), and returns the Dataset whose columns have the schema's nullability (Spark reads a file relation's
+ * columns as nullable; the caller vouches that the files hold no null in a column declared not null, and the
+ * computed columns never are).
  * Errors are Spark's; a plan that is not one file relation fails ({@link IllegalStateException}).
  *
  * <p>The file relations of the last {@link #CACHED} distinct loads (session, schema, options and paths) are kept: a
@@ -60,9 +61,27 @@ public final class SegmentScans {
         }
     }
 
-    /** The scan (see the class comment). */
+    /**
+     * The scan (see the class comment), its options given as one JSON object and its paths as one JSON array: py4j
+     * would convert a map or a list with a round trip per entry.
+     */
     public Dataset<Row> load(org.apache.spark.sql.classic.SparkSession session, String schemaJson,
-                             Map<String, String> options, List<String> paths) {
+                             String optionsJson, String pathsJson) {
+        Map<String, String> options;
+        List<String> paths;
+        try {
+            com.fasterxml.jackson.databind.ObjectMapper json = new com.fasterxml.jackson.databind.ObjectMapper();
+            options = json.readValue(optionsJson,
+                new com.fasterxml.jackson.core.type.TypeReference<Map<String, String>>() { });
+            paths = json.readValue(pathsJson, new com.fasterxml.jackson.core.type.TypeReference<List<String>>() { });
+        } catch (com.fasterxml.jackson.core.JsonProcessingException e) {
+            throw new IllegalArgumentException("txnlog: invalid segment scan options or paths", e);
+        }
+        return load(session, schemaJson, options, paths);
+    }
+
+    private Dataset<Row> load(org.apache.spark.sql.classic.SparkSession session, String schemaJson,
+                              Map<String, String> options, List<String> paths) {
         Jar.ship();
         StructType schema = (StructType) DataType.fromJson(schemaJson);
         List<Object> key = List.of(new Session(session), schemaJson, new TreeMap<>(options), List.copyOf(paths));
