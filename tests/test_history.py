@@ -48,7 +48,7 @@ from coordinator.layout import (
     txn_log_path,
 )
 from core_helpers import LostReplyStore
-from history.checker import FAILED, OK, RULES, UNKNOWN, History, MiscOp, ReadOp, TxnOp, check
+from history.checker import FAILED, OK, RULES, UNFINDABLE, UNKNOWN, History, MiscOp, ReadOp, TxnOp, check
 from history.run import FAULT_KINDS, Summary, main, run
 from history.stores import FaultPlan
 from history.workload import params_for, run_history
@@ -229,6 +229,22 @@ def test_fencing_rule_accepts_a_zombie_retry_only_of_a_transaction_committed_bef
     h.ops.append(TxnOp("ZU", "w0t1", 1, 9, start=72, end=73, commit_start=72, outcome=OK, zombie=True,
                        retry_of="U"))
     assert [a.kind for a in check(h)] == ["fencing"]
+
+
+def test_fencing_rule_excuses_retained_values_of_a_retry_whose_decision_was_truncated() -> None:
+    """A zombie retry of A answered ``CommitStateUnknownError`` (its expired producer's decision truncated) is the
+    truth while A is all or nothing in the final read; A's value that retention moved the log start past counts
+    as either, as in the other rules. Missing without that excuse, A is torn and the answer is flagged."""
+    h = _good()
+    final = _final(h)
+    final.records = [r for r in final.records if r[0] != "b"]  # A's value in b/0 (offset 0) ...
+    final.floors = {("b", 0): 1}  # ... is below the final read's log start there
+    error = f"CommitStateUnknownError: request q of w0t0 waited while log entries 3-9 {UNFINDABLE} (paused)"
+    h.ops.append(TxnOp("ZA", "w0t0", 0, 9, start=70, end=71, commit_start=70, outcome=FAILED, error=error,
+                       zombie=True, retry_of="A"))
+    assert "fencing" not in {a.kind for a in check(h)}
+    final.floors = {}
+    assert "fencing" in {a.kind for a in check(h)}
 
 
 @pytest.mark.parametrize("rule", sorted(RULES))

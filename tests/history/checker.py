@@ -496,7 +496,8 @@ def fencing(h: History) -> list[str]:
     the fence is answered with that decision: acknowledged only if every value of it is in the final read. When
     its producer's id has expired and the entries since its request waited are truncated, that decision cannot be
     found: ``CommitStateUnknownError`` saying so is the truth, as long as the retried transaction is all or nothing
-    in the final read; the retry decided nothing itself.)"""
+    in the final read, its values that retention moved the log start past or that sit in partitions the final read
+    could not read counting as either; the retry decided nothing itself.)"""
     out = []
     by_id = {op.id: op for op in h.txns()}
     final = {rec[3] for rec in h.final.records} if h.final is not None else set()
@@ -509,15 +510,15 @@ def fencing(h: History) -> list[str]:
         what = f"zombie transaction {op.id} of {op.tid} gen {op.gen}" + (f" (retry of {op.retry_of})"
                                                                       if op.retry_of else "")
         retried = by_id.get(op.retry_of) if op.retry_of else None
-        if op.outcome == OK and retried is not None and retried.values() \
-                and all(v in final or where[v] in unread or _retained(known, floors, where[v], v)
-                        for v in retried.values()):
+        whole = retried is not None and all(v in final or where[v] in unread or _retained(known, floors, where[v], v)
+                                            for v in retried.values())
+        if op.outcome == OK and retried is not None and retried.values() and whole:
             continue
         if op.outcome == OK:
             out.append(f"{what} committed")
         elif op.error and op.error.split(":", 1)[0] not in FENCED_ERRORS:
             if op.error.startswith("CommitStateUnknownError") and UNFINDABLE in op.error and retried is not None \
-                    and len({v in final for v in retried.values()}) <= 1:
+                    and (whole or not any(v in final for v in retried.values())):
                 continue
             out.append(f"{what} got {op.error} instead of ProducerFencedError")
     return out
