@@ -8,6 +8,7 @@ one on the loopback S3 server) plus a small Hypothesis search over workload para
 from __future__ import annotations
 
 import copy
+import json
 import time
 import uuid
 from collections.abc import Callable
@@ -1290,6 +1291,32 @@ def test_a_reader_behind_a_truncation_jumps_even_when_the_last_checkpoint_pointe
     assert behind.log.refresh().seq == busy.coordinator.log.state.seq
     fresh = TransactionCoordinator(open_store(url))  # a new process starts from the old pointer and reads on
     assert fresh.log.state.seq == busy.coordinator.log.state.seq
+    assert _values(url) == sorted(f"b{i}" for i in range(40))
+    assert ti.verify(store) == []
+
+
+def test_a_reader_behind_a_truncation_jumps_on_when_the_pointer_went_back_to_between_its_view_and_the_truncation(
+) -> None:
+    """Found by the histories (eight workers, seed 400019, in CI): like the case above, but the checkpoint the slow
+    writer put back in ``_txn/checkpoint/_last.json`` is newer than the reader's view and older than the
+    truncation. The reader found a gap, jumped to that pointer, found a gap again and, having jumped once, failed
+    ("transaction log has a gap ... no checkpoint covers them"). A gap now makes it jump again (each jump moves
+    its view forward), to the newest numbered checkpoint."""
+    url = _lake("pointer-part-way")
+    behind = TransactionCoordinator(open_store(url), checkpoint_interval=0)
+    busy = _busy(url, range(2))
+    assert behind.log.refresh().seq == busy.coordinator.log.state.seq
+    _busy(url, range(2, 12), busy)
+    store = open_store(url)
+    old_pointer = store.get(LAST_CHECKPOINT)  # what a slow checkpoint writer still holds
+    pointed = json.loads(old_pointer)["seq"]
+    assert behind.log.state.seq < pointed
+    _busy(url, range(12, 40), busy)
+    assert busy.coordinator.log.truncate(grace_ms=txnlog.MIN_LOG_GRACE_MS, now=time.time() + 3600) > 0
+    assert not store.exists(txn_log_path(pointed + 1))
+    store.put(LAST_CHECKPOINT, old_pointer)  # the slow writer's put lands last
+    behind.log._refreshed = -1e9  # its view is older than the truncation: it lists the log
+    assert behind.log.refresh().seq == busy.coordinator.log.state.seq
     assert _values(url) == sorted(f"b{i}" for i in range(40))
     assert ti.verify(store) == []
 

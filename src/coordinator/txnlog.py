@@ -259,8 +259,11 @@ class TransactionLog(GroupCommit, LogCheckpoints):
                 return
             # entries that do not follow on are below a checkpoint (left by an interrupted truncation)
             dense = next((i for i, (a, b) in enumerate(itertools.pairwise(seqs), 1) if b != a + 1), len(seqs))
-            if seqs[0] != self.state.seq + 1 or dense < len(seqs) or len(seqs) > self.jump:
-                if not jumped and self._jump():
+            broken = seqs[0] != self.state.seq + 1 or dense < len(seqs)
+            if broken or len(seqs) > self.jump:
+                # a gap may remain after a jump: to a `_last.json` a slow writer put back between the view and
+                # the truncation; every jump moves the view forward, so jumping again ends
+                if (broken or not jumped) and self._jump():
                     jumped = True
                     continue
                 if seqs[0] != self.state.seq + 1 or dense < min(len(seqs), self.jump):
