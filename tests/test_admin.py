@@ -4,6 +4,8 @@ producers and readers then see."""
 
 from __future__ import annotations
 
+import time
+
 import pyarrow as pa
 import pytest
 
@@ -28,13 +30,16 @@ SCHEMA = pa.schema([("id", pa.int64())])
 
 
 def _fill(backend: Backend, topic: str = "t", partitions: int = 2, commits: int = 3) -> list[int]:
-    """``commits`` transactions of 2 records per partition; returns the commit times (ms) of each."""
+    """``commits`` transactions of 2 records per partition; returns the commit times (ms) of each, all distinct
+    (commits within one millisecond share their time, and a reset to a time finds the first of them)."""
     store = backend.open()
     create_topic(store, topic, SCHEMA, partitions)
     p = Producer(store, "w")
     p.init_transactions()
-    times = []
+    times: list[int] = []
     for c in range(commits):
+        while times and time.time() * 1000 <= times[-1] + 1:
+            time.sleep(0.001)
         with p.transaction():
             for part in range(partitions):
                 p.send(topic, [{"id": c * 100 + part * 10 + k} for k in range(2)], partition=part)
