@@ -67,7 +67,7 @@ public class NativeReadRule extends Rule<LogicalPlan> {
             return null;
         }
         Map<String, String> options = new HashMap<>(relation.options().asCaseSensitiveMap());
-        Object got = planner.plan(NativeWriteRule.json(options), scan.schema().json());
+        Object got = planner.plan(Options.toJson(options), scan.schema().json());
         if (got instanceof String) {
             throw new IllegalArgumentException((String) got);
         }

@@ -73,7 +73,7 @@ public class NativeWriteRule extends Rule<LogicalPlan> {
         }
         Map<String, String> options = new HashMap<>(relation.options().asCaseSensitiveMap());
         options.putAll(CollectionConverters.asJava(append.writeOptions()));
-        Object got = writer.plan(json(options), append.query().schema().json());
+        Object got = writer.plan(Options.toJson(options), append.query().schema().json());
         if (got instanceof String) {
             throw new IllegalArgumentException((String) got);
         }
@@ -92,18 +92,6 @@ public class NativeWriteRule extends Rule<LogicalPlan> {
         appendArgs.put("write", scala.Option.apply(nativeTable.write));
         appendArgs.put("analyzedQuery", scala.Option.apply(append.query()));
         return copy(append, appendArgs);
-    }
-
-    /**
-     * {@code options} as one JSON object: a py4j proxy of a map would cost the Python side a round trip to this JVM
-     * per entry (tens of milliseconds per write).
-     */
-    static String json(Map<String, String> options) {
-        try {
-            return new com.fasterxml.jackson.databind.ObjectMapper().writeValueAsString(options);
-        } catch (com.fasterxml.jackson.core.JsonProcessingException e) {
-            throw new IllegalStateException("txnlog: options cannot be encoded", e);
-        }
     }
 
     /** {@code node} with the named constructor fields replaced, or null when a name is not a field of it. */
@@ -193,7 +181,7 @@ public class NativeWriteRule extends Rule<LogicalPlan> {
             if (overwrite) {
                 throw new IllegalArgumentException("a txnlog topic is an append-only log: use mode('append')");
             }
-            writer.insert(data, json(options));
+            writer.insert(data, Options.toJson(options));
         }
 
         @Override

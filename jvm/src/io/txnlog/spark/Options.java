@@ -1,8 +1,17 @@
 package io.txnlog.spark;
 
+import java.util.Map;
+
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.core.type.TypeReference;
+import com.fasterxml.jackson.databind.ObjectMapper;
+
 import scala.Option;
 
-/** The options txnlog's file formats read from their Spark options. */
+/**
+ * The options txnlog's file formats read from their Spark options, and options as they cross py4j: one JSON string,
+ * where a map would cost a round trip per entry.
+ */
 final class Options {
     private Options() {
     }
@@ -28,5 +37,27 @@ final class Options {
             throw new IllegalArgumentException("txnlog: " + user + " needs the option " + name);
         }
         return got;
+    }
+
+    /** {@code options} as one JSON object. */
+    static String toJson(Map<String, String> options) {
+        try {
+            return new ObjectMapper().writeValueAsString(options);
+        } catch (JsonProcessingException e) {
+            throw new IllegalStateException("txnlog: options cannot be encoded", e);
+        }
+    }
+
+    /**
+     * The value of {@code json} (what {@link #toJson} or Python's {@code json.dumps} wrote), as {@code type}.
+     *
+     * @throws IllegalArgumentException when it is not valid JSON of that type
+     */
+    static <T> T fromJson(String json, TypeReference<T> type) {
+        try {
+            return new ObjectMapper().readValue(json, type);
+        } catch (JsonProcessingException e) {
+            throw new IllegalArgumentException("txnlog: invalid JSON from the driver's Python process", e);
+        }
     }
 }

@@ -5,7 +5,8 @@ import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.TreeMap;
+
+import com.fasterxml.jackson.core.type.TypeReference;
 
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
@@ -67,16 +68,8 @@ public final class SegmentScans {
      */
     public Dataset<Row> load(org.apache.spark.sql.classic.SparkSession session, String schemaJson,
                              String optionsJson, String pathsJson) {
-        Map<String, String> options;
-        List<String> paths;
-        try {
-            com.fasterxml.jackson.databind.ObjectMapper json = new com.fasterxml.jackson.databind.ObjectMapper();
-            options = json.readValue(optionsJson,
-                new com.fasterxml.jackson.core.type.TypeReference<Map<String, String>>() { });
-            paths = json.readValue(pathsJson, new com.fasterxml.jackson.core.type.TypeReference<List<String>>() { });
-        } catch (com.fasterxml.jackson.core.JsonProcessingException e) {
-            throw new IllegalArgumentException("txnlog: invalid segment scan options or paths", e);
-        }
+        Map<String, String> options = Options.fromJson(optionsJson, new TypeReference<Map<String, String>>() { });
+        List<String> paths = Options.fromJson(pathsJson, new TypeReference<List<String>>() { });
         return load(session, schemaJson, options, paths);
     }
 
@@ -84,7 +77,7 @@ public final class SegmentScans {
                               Map<String, String> options, List<String> paths) {
         Jar.ship();
         StructType schema = (StructType) DataType.fromJson(schemaJson);
-        List<Object> key = List.of(new Session(session), schemaJson, new TreeMap<>(options), List.copyOf(paths));
+        List<Object> key = List.of(new Session(session), schemaJson, options, paths);  // both parsed for this call
         LogicalPlan plan;
         synchronized (RELATIONS) {
             LogicalRelation cached = RELATIONS.get(key);
