@@ -356,7 +356,13 @@ class TransactionCoordinator:
             if meta is None:
                 return "unknown" if ref.pid < st.next_pid else "undecided"
             if meta.epoch != ref.epoch:
-                return "unknown"  # decided before the epoch moved on: committed then, or never
+                known = meta.fenced_epoch(ref.epoch) if meta.epoch > ref.epoch else None
+                if known is None:
+                    return "unknown"  # decided before the epoch moved on: committed then, or never
+                last, how = known
+                if ref.n > last or (ref.n == last and how != "committed"):
+                    return "aborted"  # never committed: nothing of a fenced epoch is decided after the fence
+                return "committed" if ref.n == last else "unknown"
             if ref.n > meta.last_txn:
                 return "undecided"
             if ref.n == meta.last_txn:

@@ -377,11 +377,15 @@ def outcome_of_item(item: Item, seq: int) -> Outcome:
 
 
 def fenced(req: Request, st: CoordinatorState) -> Outcome | None:
-    """A producer's request made by an epoch that is no longer current, and not decided before the fence, is
-    answered ``ProducerFencedError`` (G3): it can never be decided any more. (A request decided before the fence is
-    answered with that decision by the caller, which looks for it first.) Requests that fence on purpose (the
-    timeout sweep, an operator) are not answered this way. An ephemeral producer removed by its own commit or abort
-    is not fenced: its outcome is then unknown to a process that did not see the deciding entry."""
+    """A producer's request made by an epoch that is no longer current is answered from what the state remembers
+    of that epoch (:attr:`~coordinator.state.ProducerMeta.fenced`): a transaction number above the epoch's last
+    decided one was never decided and never will be (``rejected``/``fenced``: ``ProducerFencedError``, G3); the last
+    decided one gets its outcome. An epoch the state no longer remembers is answered ``unknown`` (the request may
+    have been decided before the fence, in an entry out of view): "fenced" is said only when the log proves the
+    transaction was not committed. Requests that fence on purpose (the timeout sweep, an operator) are not answered
+    this way. An ephemeral producer removed by its own commit or abort is not fenced: its outcome is then unknown to
+    a process that did not see the deciding entry. Callers look for the deciding item among the entries they read
+    first."""
     if not isinstance(req, TxnRequest) or req.tid is None or req.fence:
         return None
     meta = st.producers.get(req.tid)
@@ -391,10 +395,31 @@ def fenced(req: Request, st: CoordinatorState) -> Outcome | None:
         return None
     if meta is not None and meta.pid == req.pid and meta.epoch < req.epoch:
         return None
+    if meta is not None and meta.pid == req.pid:
+        return _of_fenced_epoch(req, meta)
     now = "unknown (expired)" if meta is None else f"pid {meta.pid} epoch {meta.epoch}"
     return Outcome("rejected", code="fenced",
                    reason=f"producer for transactional id {req.tid!r} with pid {req.pid} epoch {req.epoch} is "
                           f"fenced: the current producer is {now}")
+
+
+def _of_fenced_epoch(req: TxnRequest, meta: ProducerMeta) -> Outcome:
+    """The outcome of ``req``, of an epoch older than ``meta``'s, from what ``meta`` remembers of that epoch."""
+    known = meta.fenced_epoch(req.epoch)
+    if known is None:
+        return Outcome("unknown", reason=f"producer {req.tid!r} moved on from epoch {req.epoch} to {meta.epoch} "
+                                         "too long ago for the log to tell whether transaction "
+                                         f"{req.txn} was decided before")
+    last, how = known
+    if req.n > last or (req.n == last and how == "fenced"):
+        return Outcome("rejected", code="fenced",
+                       reason=f"producer for transactional id {req.tid!r} with pid {req.pid} epoch {req.epoch} is "
+                              f"fenced: the current producer is pid {meta.pid} epoch {meta.epoch}; transaction "
+                              f"{req.txn} was never committed")
+    if req.n < last or how is None:
+        return Outcome("unknown", reason=f"transaction {req.txn} was decided earlier")
+    status = {"committed": "committed", "skipped": "already_committed"}.get(how, "aborted")
+    return Outcome(status, reason=f"decided before epoch {req.epoch} was fenced")
 
 
 def outcome(req: Request, st: CoordinatorState) -> Outcome | None:
@@ -416,12 +441,7 @@ def outcome(req: Request, st: CoordinatorState) -> Outcome | None:
                                       f"{req.epoch} is fenced: the current producer is unknown (expired)")
             return None
         if meta.epoch != req.epoch:
-            if meta.epoch > req.epoch:
-                return Outcome("rejected", code="fenced",
-                               reason=f"producer for transactional id {req.tid!r} with pid {req.pid} epoch "
-                                      f"{req.epoch} is fenced: the current producer is pid {meta.pid} epoch "
-                                      f"{meta.epoch}")
-            return None
+            return _of_fenced_epoch(req, meta) if meta.epoch > req.epoch else None
         if req.n > meta.last_txn:
             return None
         if req.n < meta.last_txn or meta.last_outcome is None:

@@ -43,14 +43,10 @@ from coordinator.errors import (
 )
 from coordinator.layout import (
     FORMAT_PATH,
-    TXN_CHECKPOINT,
     TXN_INTENTS,
-    TXN_LOG,
     intent_path,
-    parse_seq,
     txn_log_path,
 )
-from coordinator.logcheckpoint import recent_s
 from coordinator.probe import probe_conditional_writes
 from coordinator.records import FORMAT_VERSION, Item, LogEntry, decode_json, encode_json, item_partitions
 from coordinator.state import CoordinatorState
@@ -120,7 +116,7 @@ class GroupCommit:
         _decisions: OrderedDict[str, tuple[Item, int]]
         _intents: dict[str, Request]
         _refreshed: float
-        _fresh_at: float
+        _unproven: list[LogEntry]
         _suspects: dict[int, LogEntry]
         _waited: OrderedDict[str, int]
         _jumped_at: int
@@ -130,11 +126,13 @@ class GroupCommit:
         def _open(self) -> None: ...
         def _catch_up(self) -> None: ...
         def _list_forward(self, *, checked: bool) -> None: ...
-        def _remember(self, entry: LogEntry) -> None: ...
-        def _take_decisions(self, entry: LogEntry) -> None: ...
-        def _read_last_checkpoint(self, above: int = -1) -> CoordinatorState | None: ...
-        def _reset(self, st: CoordinatorState) -> None: ...
+        def _remember(self, entry: LogEntry, *, proven: bool = True) -> None: ...
         def _outcome(self, req: Request, *, since: int | None = None) -> Outcome | None: ...
+
+        # proving entries the log's (LogProof)
+        def _prove(self) -> bool: ...
+        def _created_is_the_logs(self, entry: LogEntry) -> bool: ...
+        def _settle_suspects(self) -> None: ...
 
         # derived work (LogCheckpoints)
         def _after_win(self, entry: LogEntry, decided: list[str]) -> None: ...
@@ -327,11 +325,9 @@ class GroupCommit:
                         self._intents.update(fetched)
                         if lost:
                             # the entry that won the race: listed, not asked for by name, so a view that fell far
-                            # behind while serving jumps to the newest checkpoint instead of reusing a number
-                            started = time.monotonic()
+                            # behind while serving jumps to the newest checkpoint at once
                             self._list_forward(checked=True)
                             self._refreshed = time.monotonic()
-                            self._fresh_at = started
                             if self._served(self.state.seq):
                                 return  # another writer serves the queue now: two would only race each other
                         others = self._waiting(names, "")
@@ -399,10 +395,19 @@ class GroupCommit:
                 log.warning("writing partition records: %s (derived data only; readers compute it)", exc)
 
     def _append(self, reqs: list[Request]) -> tuple[LogEntry, list[str]] | None:
-        """Create the next entry deciding ``reqs`` (caller holds the lock, state current). None if another writer
-        took it (its entry is read on the next refresh)."""
+        """Create the next entry deciding ``reqs`` (caller holds the lock, state current), and prove it the log's
+        before anything uses it (:meth:`~coordinator.logproof.LogProof._created_is_the_logs`). None if another writer
+        took it (its entry is read on the next refresh), or if the created object turned out not to be the log's
+        entry (the view then stands at the newest checkpoint).
+
+        Raises:
+            CommitStateUnknownError: the entry was created but the store failed while proving it.
+            StoreError: the store failed before the entry was created.
+        """
         if self._suspects:
             self._settle_suspects()
+        if self._unproven and not self._prove():
+            return None  # a refresh that failed half way left entries unproven: never build on them
         ts = max(_now_ms(), self.state.ts)
         seq = self.state.seq + 1
         scratch = self.state.copy()
@@ -418,102 +423,26 @@ class GroupCommit:
             items.append(item)
         if not items:
             return None
-        entry = LogEntry(seq, ts, uuid.uuid4().hex, tuple(items), tuple((t, p, idx) for (t, p), idx in touched.items()))
+        entry = LogEntry(seq, ts, uuid.uuid4().hex, tuple(items), tuple((t, p, idx) for (t, p), idx in touched.items()),
+                         prev=self.state.token_of(self.state.seq) or "")
         scratch.finish(entry)
         if not self._probed:
             probe_conditional_writes(self.store)
             self._probed = True
         if seq == 0:
             ensure_format(self.store)
-        fresh = self._fresh_at
         faults.point("txnlog.entry.before")
-        started = time.monotonic()
         if not self.store.put_if_absent(txn_log_path(seq), entry.to_bytes()):
             return None
         faults.point("txnlog.entry.after")
-        stalled = time.monotonic() - fresh
-        if stalled >= recent_s() and self._passed_by(entry, stalled):
+        if not self._created_is_the_logs(entry):
             return None
-        self._fresh_at = started
         self.state = scratch
         self._remember(entry)
         decided = [i.request for i in items if i.request in self._intents]
         for rid in decided:
             self._intents.pop(rid, None)
         return entry, decided
-
-    def _passed_by(self, entry: LogEntry, stalled: float) -> bool:
-        """Whether ``entry``, just created by this process after a stall, was created under a number that a log
-        truncation had freed (a ghost: a number the log had used, below a checkpoint no reader looks past), so it
-        must not count as won.
-
-        Truncation frees a number only grace periods (at least twice ``RECENT_S``) after an entry took it, and the
-        view was the log's end when this process last read it, so a creation within ``RECENT_S`` of that read is
-        never a ghost and is not checked. After a longer stall, :meth:`_ghost` judges. A ghost is deleted and the
-        view jumps to the checkpoint (the log's own history), so its requests get their fate from the log as
-        readers see it (decided there, or decided again). An entry already gone, or one that could not be deleted
-        or judged (the store failed: the error is raised), stays a suspect that is never taken as a decision, until
-        :meth:`_settle_suspects` judges it."""
-        self._suspects[entry.seq] = entry
-        verdict = self._ghost(entry)
-        if verdict is False:
-            del self._suspects[entry.seq]
-            return False
-        log.warning("log entry %d was created %.1f s after this process last read the log, under a number the log "
-                    "had passed: the entry is not the log's, its requests are decided again", entry.seq, stalled)
-        if verdict:
-            self._drop_ghost(entry)
-        ck = self._read_last_checkpoint(above=entry.seq - 1)
-        if ck is not None:
-            self._reset(ck)
-            self._jumped_at = ck.seq
-        return True
-
-    def _ghost(self, entry: LogEntry) -> bool | None:
-        """Whether ``entry`` (created by this process) is a ghost; None when it is gone from the store. With no
-        checkpoint at or above its number, nothing was truncated past it (a GET, a LIST when ``_last.json`` is
-        behind): not a ghost. Otherwise the store's times tell: a ghost was created after a later entry or a
-        checkpoint at or above its number was already there (the log had moved past it), a real entry before them
-        (the log moved on from it).
-
-        Raises:
-            StoreError: the store failed.
-        """
-        if self._read_last_checkpoint(above=entry.seq - 1) is None:
-            return False
-        mine = txn_log_path(entry.seq)
-        infos = self.store.list_info(TXN_LOG) + self.store.list_info(TXN_CHECKPOINT)
-        created = next((i.mtime for i in infos if i.path == mine), None)
-        if created is None:
-            return None
-        return any(i.mtime < created for i in infos
-                   if i.path != mine and (q := parse_seq(i.path.rsplit("/", 1)[-1])) is not None
-                   and (q > entry.seq or (q == entry.seq and i.path.startswith(TXN_CHECKPOINT))))
-
-    def _drop_ghost(self, entry: LogEntry) -> None:
-        """Delete ghost ``entry`` and stop suspecting it; a failed delete leaves it a suspect (logged)."""
-        try:
-            self.store.delete(txn_log_path(entry.seq))
-        except StoreError as exc:
-            log.warning("could not delete ghost log entry %d: %s", entry.seq, exc)
-            return
-        del self._suspects[entry.seq]
-
-    def _settle_suspects(self) -> None:
-        """Judge again the suspects that a failed store call left (see :meth:`_passed_by`): ghosts are deleted,
-        real entries stop being suspects and their decisions are taken (the log's own: a retry of a request one of
-        them decided is answered with that decision, even after its producer expired), entries gone stay suspects.
-        Stops at the first store failure."""
-        for entry in list(self._suspects.values()):
-            try:
-                verdict = self._ghost(entry)
-            except StoreError:
-                return
-            if verdict is False:
-                del self._suspects[entry.seq]
-                self._take_decisions(entry)
-            elif verdict:
-                self._drop_ghost(entry)
 
     def _undecided(self, names: list[str], own: str, st: CoordinatorState | None = None) -> list[str]:
         """The intent ids among ``names`` (a listing of ``_txn/intents/``) not known to be decided, by name (in

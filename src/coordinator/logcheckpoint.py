@@ -62,6 +62,7 @@ class LogCheckpoints:
         store: Store
         state: CoordinatorState
         checkpoint_seq: int
+        _unproven: list[LogEntry]
         checkpoint_interval: int
         partition_checkpoint_interval: int
         background_checkpoints: bool
@@ -146,6 +147,8 @@ class LogCheckpoints:
             StoreError: the store failed (the checkpoint is then simply not there; readers read more entries).
         """
         with self._lock:
+            if self._unproven:
+                return  # a refresh failed before proving its entries: only a proven view is checkpointed
             st = self.state.copy()
             known = self.checkpoint_seq
         if st.seq < 0 or st.seq <= known:

@@ -439,6 +439,8 @@ class LogEntry:
 
     ``ts`` is the entry's time (ms, never below its predecessor's): every commit in it has this commit time.
     ``writer`` is a token unique to the attempt that wrote it, so a writer tells its own bytes from another's.
+    ``prev`` is the writer token of entry ``seq - 1`` as this entry's writer knew it ("" when unknown): the chain
+    that proves an entry read after a pause is the log's (docs/design.md, "What timing can and cannot do").
     """
 
     seq: int
@@ -446,9 +448,10 @@ class LogEntry:
     writer: str
     items: tuple[Item, ...]
     touched: tuple[tuple[str, int, int], ...] = ()
+    prev: str = ""
 
     def to_bytes(self) -> bytes:
-        d = {"v": FORMAT_VERSION, "seq": self.seq, "ts": self.ts, "writer": self.writer,
+        d = {"v": FORMAT_VERSION, "seq": self.seq, "ts": self.ts, "writer": self.writer, "prev": self.prev,
              "items": [i.to_json() for i in self.items], "touched": [list(t) for t in self.touched]}
         return json.dumps(d, separators=(",", ":"), sort_keys=True).encode()
 
@@ -461,7 +464,8 @@ class LogEntry:
         try:
             return cls(seq=int(d["seq"]), ts=int(d["ts"]), writer=str(d["writer"]),
                        items=tuple(_item(i) for i in d["items"]),
-                       touched=tuple((str(t), int(p), int(i)) for t, p, i in d.get("touched", ())))
+                       touched=tuple((str(t), int(p), int(i)) for t, p, i in d.get("touched", ())),
+                       prev=str(d.get("prev", "")))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise CorruptLogError(f"transaction log entry {where} is corrupt: {exc!r}") from exc
 

@@ -26,6 +26,12 @@ from coordinator.records import (
 
 TopicPartition = tuple[str, int]
 
+#: Fenced epochs a producer's state remembers (see :attr:`ProducerMeta.fenced`).
+FENCED_KEPT = 4
+#: Writer tokens of the last entries a state (and so a checkpoint) keeps: how far back a checkpoint tells which
+#: object was the log's entry (docs/design.md, "What timing can and cannot do").
+TOKENS_KEPT = 64
+
 
 @dataclass(frozen=True)
 class ProducerMeta:
@@ -33,6 +39,11 @@ class ProducerMeta:
 
     ``last_txn`` is the number of the producer's last decided transaction at this epoch (-1: none yet), with its
     outcome (``committed`` / ``aborted``) and reason. ``init_request`` names the request that set this epoch.
+    ``fenced`` remembers, newest first, the last :data:`FENCED_KEPT` epochs this producer left behind (by an
+    ``init_transactions`` or a fencing abort): ``(epoch, last decided txn number, its outcome)``, the outcome
+    ``fenced`` for the transaction a fencing abort aborted. After a fence
+    nothing of the old epoch can be decided, so a request of a remembered epoch is answered exactly: decided before
+    the fence, or never.
     """
 
     tid: str
@@ -46,18 +57,28 @@ class ProducerMeta:
     last_ts: int
     ephemeral: bool = False
     init_request: str = ""
+    fenced: tuple[tuple[int, int, str | None], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"tid": self.tid, "pid": self.pid, "epoch": self.epoch, "state": self.state.value,
                 "last_txn": self.last_txn, "last_outcome": self.last_outcome, "last_reason": self.last_reason,
                 "timeout_ms": self.timeout_ms, "last_ts": self.last_ts, "ephemeral": self.ephemeral,
-                "init_request": self.init_request}
+                "init_request": self.init_request, "fenced": [list(f) for f in self.fenced]}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ProducerMeta:
         return cls(str(d["tid"]), int(d["pid"]), int(d["epoch"]), TxnState(d["state"]), int(d["last_txn"]),
                    d.get("last_outcome"), d.get("last_reason"), int(d["timeout_ms"]), int(d["last_ts"]),
-                   bool(d.get("ephemeral", False)), str(d.get("init_request", "")))
+                   bool(d.get("ephemeral", False)), str(d.get("init_request", "")),
+                   tuple((int(e), int(n), None if o is None else str(o)) for e, n, o in d.get("fenced", ())))
+
+    def fenced_epoch(self, epoch: int) -> tuple[int, str | None] | None:
+        """``(last decided txn number, its outcome)`` of fenced epoch ``epoch``, if remembered."""
+        return next(((n, o) for e, n, o in self.fenced if e == epoch), None)
+
+    def leaving(self, last_txn: int, outcome: str | None) -> tuple[tuple[int, int, str | None], ...]:
+        """:attr:`fenced` after this epoch is fenced with ``last_txn`` its last decided transaction."""
+        return ((self.epoch, last_txn, outcome), *self.fenced)[:FENCED_KEPT]
 
 
 @dataclass(frozen=True)
@@ -108,6 +129,8 @@ class CoordinatorState:
         self.partitions: dict[TopicPartition, PartitionMeta] = {}
         #: tid -> "topic|partition" -> last committed sequence number of the producer's current epoch
         self.sequences: dict[str, dict[str, int]] = {}
+        #: writer tokens of entries ``seq - len + 1 .. seq`` (at most :data:`TOKENS_KEPT`)
+        self.tokens: tuple[str, ...] = ()
 
     def copy(self) -> CoordinatorState:
         """An independent copy (values are immutable, so copying the containers is enough)."""
@@ -118,9 +141,15 @@ class CoordinatorState:
         st.groups = {g: {t: dict(ps) for t, ps in ts.items()} for g, ts in self.groups.items()}
         st.partitions = dict(self.partitions)
         st.sequences = {t: dict(s) for t, s in self.sequences.items()}
+        st.tokens = self.tokens
         return st
 
     # -- queries ----------------------------------------------------------------------------------------------
+
+    def token_of(self, seq: int) -> str | None:
+        """The writer token of log entry ``seq`` if this state remembers it (the last :data:`TOKENS_KEPT`)."""
+        i = seq - self.seq + len(self.tokens) - 1
+        return self.tokens[i] if 0 <= i < len(self.tokens) and seq <= self.seq else None
 
     def partition(self, topic: str, partition: int) -> PartitionMeta:
         return self.partitions.get((topic, partition)) or PartitionMeta()
@@ -159,12 +188,15 @@ class CoordinatorState:
             self.partitions[(topic, p)] = replace(pm, next_idx=idx + 1, last_seq=entry.seq)
         self.seq = entry.seq
         self.ts = max(self.ts, entry.ts)
+        self.tokens = (*self.tokens[-(TOKENS_KEPT - 1):], entry.writer)
 
     def apply_item(self, item: Item, ts: int) -> None:
         """Apply one decision made at time ``ts`` (never validates)."""
         if isinstance(item, InitItem):
+            old = self.producers.get(item.tid)
+            left = old.leaving(old.last_txn, old.last_outcome) if old is not None and old.pid == item.pid else ()
             self.producers[item.tid] = ProducerMeta(item.tid, item.pid, item.epoch, TxnState.EMPTY, -1, None, None,
-                                                    item.timeout_ms, ts, item.ephemeral, item.request)
+                                                    item.timeout_ms, ts, item.ephemeral, item.request, left)
             self.next_pid = max(self.next_pid, item.pid + 1)
             self.sequences.pop(item.tid, None)
         elif isinstance(item, CommitItem):
@@ -225,9 +257,10 @@ class CoordinatorState:
                     del self.producers[item.tid]
                     self.sequences.pop(item.tid, None)
                 elif item.fence:
+                    last, how = (item.n, "fenced") if item.n > meta.last_txn else (meta.last_txn, meta.last_outcome)
                     self.producers[item.tid] = replace(meta, epoch=meta.epoch + 1, state=TxnState.COMPLETE_ABORT,
                                                        last_txn=-1, last_outcome="aborted", last_reason=item.reason,
-                                                       last_ts=ts)
+                                                       last_ts=ts, fenced=meta.leaving(last, how))
                     self.sequences.pop(item.tid, None)
                 else:
                     self.producers[item.tid] = replace(meta, state=TxnState.COMPLETE_ABORT, last_txn=item.n,
@@ -253,6 +286,7 @@ class CoordinatorState:
             "groups": self.groups,
             "partitions": parts,
             "sequences": self.sequences,
+            "tokens": list(self.tokens),
         }
 
     @classmethod
@@ -273,6 +307,7 @@ class CoordinatorState:
                 for p, v in ps.items():
                     st.partitions[(str(t), int(p))] = PartitionMeta(*(int(x) for x in v))
             st.sequences = {str(t): {str(k): int(v) for k, v in s.items()} for t, s in d["sequences"].items()}
+            st.tokens = tuple(str(t) for t in d.get("tokens", ()))[-TOKENS_KEPT:]
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptLogError(f"coordinator checkpoint {where} is corrupt: {exc!r}") from exc
         return st

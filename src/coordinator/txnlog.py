@@ -42,6 +42,7 @@ from coordinator.layout import (
 from coordinator.logcheckpoint import LogCheckpoints
 from coordinator.logcheckpoint import ensure_records as ensure_records
 from coordinator.logcheckpoint import write_records as write_records
+from coordinator.logproof import LogProof
 from coordinator.partrecords import PartitionRecord, records_of
 from coordinator.probe import learn_verified
 from coordinator.records import Item, LogEntry, check_format, decode_json
@@ -63,6 +64,8 @@ JUMP_ENTRIES = 64
 #: A process that read the log this recently refreshes by asking for the next entry by name.
 RECENT_S = 30.0
 _RECENT_KEPT = 4096
+#: Listings a refresh makes while the log keeps moving past its proof before it starts from the newest checkpoint.
+_PROOF_ROUNDS = 8
 _DECISIONS_KEPT = 20_000
 
 
@@ -70,7 +73,7 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class TransactionLog(GroupCommit, LogCheckpoints):
+class TransactionLog(GroupCommit, LogCheckpoints, LogProof):
     """A process's view of the store's transaction log (see the module docstring).
 
     Attributes:
@@ -108,11 +111,11 @@ class TransactionLog(GroupCommit, LogCheckpoints):
         self._intents: dict[str, Request] = {}
         self._since_pointer = 0
         self._refreshed = -1e9
-        #: when the view was last known to be the log's end (the start of the read that found it so, or of this
-        #: process's own entry that extended it): the ghost-entry check of :meth:`_append` measures from it
-        self._fresh_at = -1e9
-        #: entries this process created after a stall under a number a truncation may have freed, by seq:
-        #: perhaps not the log's, so never taken as a decision (see :meth:`_passed_by`)
+        #: entries applied to the view but not yet proven to be the log's (see :mod:`coordinator.logproof`): their
+        #: decisions are taken only once proven
+        self._unproven: list[LogEntry] = []
+        #: entries this process created that could not be proven the log's (a ghost it could not delete, or the
+        #: store failed the proof), by seq: never taken as a decision until judged (see :mod:`coordinator.logproof`)
         self._suspects: dict[int, LogEntry] = {}
         #: the view's seq when each request still undecided first published its intent: a retry of the request
         #: (a caller after ``CommitStateUnknownError``) whose producer expired meanwhile looks for its decision from
@@ -124,6 +127,8 @@ class TransactionLog(GroupCommit, LogCheckpoints):
         self._checkpointing = threading.Lock()
         self._pending_checkpoint: Callable[[], None] | None = None
         self._jumped_at = -1
+        #: the writer token of entry ``_jumped_at`` as the checkpoint jumped to records it
+        self._jumped_token: str | None = None
         self._probed = False
 
     @property
@@ -141,14 +146,12 @@ class TransactionLog(GroupCommit, LogCheckpoints):
         self._state = st
 
     def _open(self) -> None:
-        started = time.monotonic()
         ck = self._read_last_checkpoint()
         self._opened = True
         if ck is not None:
             self._reset(ck)
         self._list_forward(checked=True)
         self._refreshed = time.monotonic()
-        self._fresh_at = started
 
     # -- reading ----------------------------------------------------------------------------------------------
 
@@ -190,6 +193,7 @@ class TransactionLog(GroupCommit, LogCheckpoints):
         self._state = st
         self.checkpoint_seq = max(self.checkpoint_seq, st.seq)
         self._recent.clear()
+        self._unproven.clear()
         self._record_seq = {k: s for k, s in self._record_seq.items() if s > st.seq}
 
     def _get_entry(self, seq: int) -> LogEntry | None:
@@ -219,21 +223,20 @@ class TransactionLog(GroupCommit, LogCheckpoints):
             return self._state
 
     def _catch_up(self) -> None:
-        started = time.monotonic()
-        self._catch_up_from()
-        self._fresh_at = started
-
-    def _catch_up_from(self) -> None:
+        """Read what is new and prove it (see :mod:`coordinator.logproof`)."""
         if self.state.seq >= 0 and time.monotonic() - self._refreshed < RECENT_S:
-            # Read recently: no truncation can have passed this process by (it deletes only entries below a
-            # checkpoint older than the grace period), so asking for the next entry by name is enough, and cheaper
-            # than a listing when nothing is new (the common case for a process waiting on the log).
+            # Read recently: asking for the next entry by name is cheaper than a listing when nothing is new (the
+            # common case for a process waiting on the log). Only a cost choice: an entry found is used only once
+            # proven, and a view a truncation passed by finds out when it next lists or writes.
             nxt = self._get_entry(self.state.seq + 1)
             if nxt is None:
                 self._refreshed = time.monotonic()
                 return
-            self._apply(nxt)
-            self._list_forward(checked=True)
+            if self._links(nxt):
+                self._apply(nxt)
+                self._list_forward(checked=True)
+            else:
+                self._list_forward(checked=False)
         else:
             self._list_forward(checked=False)
         self._refreshed = time.monotonic()
@@ -248,15 +251,31 @@ class TransactionLog(GroupCommit, LogCheckpoints):
         or only entries left below the checkpoint by an interrupted truncation.
         """
         jumped = False
+        rounds = 0
         while True:
+            rounds += 1
+            if rounds > _PROOF_ROUNDS and self._unproven:
+                # the log keeps moving past every proof: start from the newest checkpoint instead
+                if not self._jump():
+                    raise CorruptLogError(f"transaction log entries after {self.state.seq - len(self._unproven)} "
+                                          "cannot be proven to be the log's")
+                jumped, rounds = True, 0
             after = seq_name(self.state.seq) if self.state.seq >= 0 else None
-            seqs = [q for n in self.store.list(TXN_LOG, start_after=after, limit=self.jump + 1)
-                    if (q := parse_seq(n)) is not None]
+            # entries read but unproven: the proof's listing, made after their reads, runs beside this one
+            view = self.state.seq
+            proof = parallel.start(lambda: self._checkpoints_above(view)) if self._unproven else None
+            try:
+                seqs = [q for n in self.store.list(TXN_LOG, start_after=after, limit=self.jump + 1)
+                        if (q := parse_seq(n)) is not None]
+            finally:
+                above = proof() if proof is not None else None
             if not seqs:
                 if not (checked or jumped) and self._jump_to_last():
                     jumped = True
                     continue
-                return
+                if self._prove(above):
+                    return
+                continue
             # entries that do not follow on are below a checkpoint (left by an interrupted truncation)
             dense = next((i for i, (a, b) in enumerate(itertools.pairwise(seqs), 1) if b != a + 1), len(seqs))
             broken = seqs[0] != self.state.seq + 1 or dense < len(seqs)
@@ -275,9 +294,12 @@ class TransactionLog(GroupCommit, LogCheckpoints):
                 seqs = seqs[: self.jump]
             entries = parallel.pmap(self._get_entry, seqs)
             for entry in entries:
-                if entry is None:  # deleted by truncation since the listing: a newer checkpoint covers it
-                    if jumped or not self._jump():
-                        raise CorruptLogError(f"transaction log entry {self.state.seq + 1} vanished")
+                if entry is None or not self._links(entry):
+                    # deleted by truncation since the listing, or not linked to the view (a ghost: an entry
+                    # created under a number a truncation freed): a newer checkpoint covers it
+                    if not self._jump():
+                        what = "vanished" if entry is None else "does not follow on from the entry before it"
+                        raise CorruptLogError(f"transaction log entry {self.state.seq + 1} {what}")
                     jumped = True
                     break
                 self._apply(entry)
@@ -286,7 +308,8 @@ class TransactionLog(GroupCommit, LogCheckpoints):
                     if not (checked or jumped) and self._jump_to_last():
                         jumped = True
                         continue
-                    return
+                    if self._prove():
+                        return
 
     def _jump_to_last(self) -> bool:
         """Jump to ``_last.json`` if it is newer than the view (one GET)."""
@@ -299,29 +322,37 @@ class TransactionLog(GroupCommit, LogCheckpoints):
             return False
         if ck.seq <= self.state.seq:
             return False
-        self._reset(ck)
-        self._jumped_at = ck.seq
+        self._jump_to(ck)
         return True
 
     def _jump(self) -> bool:
-        ck = self._read_last_checkpoint(above=self.state.seq)
-        if ck is None or ck.seq <= self.state.seq:
+        """Jump to the newest checkpoint above the view, if there is one (the entries of an unproven view are
+        dropped with it)."""
+        ck = self._read_last_checkpoint(above=self.state.seq - len(self._unproven))
+        if ck is None or ck.seq <= self.state.seq - len(self._unproven):
             return False
-        self._reset(ck)
-        self._jumped_at = ck.seq
+        self._jump_to(ck)
         return True
 
-    def _apply(self, entry: LogEntry) -> None:
-        self.state.apply(entry)
-        self._remember(entry)
+    def _jump_to(self, ck: CoordinatorState) -> None:
+        self._reset(ck)
+        self._jumped_at = ck.seq
+        self._jumped_token = ck.token_of(ck.seq)
 
-    def _remember(self, entry: LogEntry) -> None:
+    def _apply(self, entry: LogEntry) -> None:
+        """Apply ``entry`` (the next one, linked to the view) to the view, unproven."""
+        self.state.apply(entry)
+        self._remember(entry, proven=False)
+
+    def _remember(self, entry: LogEntry, *, proven: bool = True) -> None:
         self._recent[entry.seq] = entry
         while len(self._recent) > _RECENT_KEPT:
             self._recent.popitem(last=False)
         for topic, p, idx in entry.touched:
             self._record_seq[(topic, p, idx)] = entry.seq
-        if not self._suspect(entry):
+        if not proven:
+            self._unproven.append(entry)
+        elif not self._suspect(entry):
             self._take_decisions(entry)
         while len(self._decisions) > _DECISIONS_KEPT:
             self._decisions.popitem(last=False)
@@ -379,66 +410,35 @@ class TransactionLog(GroupCommit, LogCheckpoints):
     # -- what became of a request -----------------------------------------------------------------------------
 
     def _outcome(self, req: Request, *, since: int | None = None) -> Outcome | None:
-        """What became of ``req``: the deciding item if this process read it, else what the state says. A
-        producer request of an epoch that is no longer current, and not decided before the fence, is answered
-        ``fenced``. If it waited as an intent from entry ``since`` on and this process jumped over entries since
-        (so it may have missed its decision), those entries are read to find out."""
+        """What became of ``req``: the deciding item if this process read it (and proved it the log's), else what
+        the state says. A producer request of a fenced epoch is answered from the state's memory of that epoch
+        (decided before the fence, or never: ``fenced``). Where the state cannot tell (the producer expired, or
+        the epoch is older than the memory) and this process jumped over entries since the request first waited as
+        an intent at entry ``since``, those entries are read to find out; what they cannot show is
+        ``unknown``."""
         seen = self._decisions.get(req.id)
         if seen is not None:
             return outcome_of_item(*seen)
         gone = fenced(req, self.state)
-        if gone is not None:
-            # an expired producer's state is gone: whether the request was decided first only the entries tell
-            tid = getattr(req, "tid", None)
-            expired = tid is not None and tid not in self.state.producers
-            if since is None and expired:
-                since = self._waited.get(req.id)
-            if any(i.request == req.id for e in self._suspects.values() for i in e.items):
-                raise CommitStateUnknownError(
-                    f"request {req.id} was decided in a log entry this process created after a stall, under a "
-                    "number a log truncation may have freed, and its producer has been fenced since: whether the "
-                    "log holds that decision cannot be told; read the data to find out"
-                )
-            if since is not None and self._jumped_at > since:
-                found = self._find_decision(req.id, since, self._jumped_at, gaps_unknown=expired)
-                if found is not None:
-                    return outcome_of_item(*found)
-            return gone
-        return outcome(req, self.state)
-
-    def _suspect(self, entry: LogEntry) -> bool:
-        """Whether ``entry`` is one this process created under a number a truncation may have freed (its own
-        bytes: the same writer token)."""
-        mine = self._suspects.get(entry.seq)
-        return mine is not None and mine.writer == entry.writer
-
-    def _find_decision(self, request_id: str, after: int, upto: int, *, gaps_unknown: bool = False) \
-            -> tuple[Item, int] | None:
-        """Read entries ``(after, upto]`` (retained: younger than the truncation grace period) looking for the item
-        that decided ``request_id``. (The caller has already answered a request one of this process's suspects
-        decided, so a suspect read here never decides it.)
-
-        Raises:
-            CommitStateUnknownError: with ``gaps_unknown``, not found while some of those entries are gone
-                (truncated while this process paused longer than the grace period): one of them may have decided
-                it.
-        """
-        gone: list[int] = []
-        for first in range(after + 1, upto + 1, JUMP_ENTRIES):
-            seqs = range(first, min(upto, first + JUMP_ENTRIES - 1) + 1)
-            for seq, entry in zip(seqs, parallel.pmap(self._get_entry, seqs), strict=True):
-                if entry is None:
-                    gone.append(seq)
-                    continue
-                for item in entry.items:
-                    if item.request == request_id:
-                        return item, entry.seq
-        if gone and gaps_unknown:
+        if gone is None:
+            return outcome(req, self.state)
+        tid = getattr(req, "tid", None)
+        expired = tid is not None and tid not in self.state.producers
+        if not expired and gone.status != "unknown":
+            return gone  # proven by the state's memory of the epochs it fenced
+        if since is None:
+            since = self._waited.get(req.id)
+        if self._decided_by_suspect(req):
             raise CommitStateUnknownError(
-                f"request {request_id} waited while log entries {gone[0]}-{gone[-1]} were written and truncated "
-                "(this process paused longer than the truncation grace period): one of them may have decided it; "
-                "read the data to find out")
-        return None
+                f"request {req.id} was decided in a log entry this process created but could not prove to be the "
+                "log's (a number a log truncation may have freed), and its producer has moved on since: whether "
+                "the log holds that decision cannot be told; read the data to find out"
+            )
+        if since is not None and self._jumped_at > since:
+            found = self._find_decision(req.id, since, self._jumped_at, gaps_unknown=True)
+            if found is not None:
+                return outcome_of_item(*found)
+        return gone
 
     def truncate(self, grace_ms: int | None = None, *, now: float | None = None) -> int:
         """Delete log entries and checkpoints below the newest checkpoint that is older than the grace period,

@@ -90,7 +90,8 @@ class TxnBatchWriter(DataSourceArrowWriter):
 
         Raises:
             ProducerFencedError: a newer writer with the same ``transactionalId`` initialised after this job
-                started; nothing is published, and the staged files are deleted.
+                started, and the log shows this transaction was never committed; nothing is published. Nothing is
+                deleted here: Spark's ``abort`` deletes once the log says the transaction is aborted.
             CommitStateUnknownError: the outcome could not be learned; the staged files are kept (a retry with the
                 same ``txnAppId``/``txnVersion`` publishes once).
         """
@@ -99,13 +100,7 @@ class TxnBatchWriter(DataSourceArrowWriter):
         opts = self.plan.options
         app = (opts.txn_app_id, opts.txn_version) if opts.txn_app_id is not None and opts.txn_version is not None \
             else None
-        try:
-            result = coord.commit(self.ident, self.txn, segs, app=app, end_producer=self.ephemeral)
-        except ProducerFencedError:
-            # The log refused this very commit (its only attempt), and the epoch moved on: nothing staged for
-            # it can ever be published. (Spark's abort, which follows, cannot tell this from a later fence.)
-            delete_segments(coord.store, segs)
-            raise
+        result = coord.commit(self.ident, self.txn, segs, app=app, end_producer=self.ephemeral)
         coord.close_transaction(self.txn)
         if result.already_committed:
             log.warning("txnlog write skipped: version %s of txnAppId %r was already committed; nothing published",

@@ -1,0 +1,363 @@
+"""Safety never rests on timing: a process paused for any length, anywhere, never loses or invents a commit.
+
+Log truncation frees the numbers of the entries it deletes. A process whose view is older than a truncation can
+create, or read, an object under a freed number (a *ghost*, not the log's entry). Each test pauses one process at
+a store call (the pause is simulated: other processes do, "while it is paused", everything a pause longer than
+every grace period would let them do, including a truncation judged on a store clock hours ahead) and checks that
+what was acknowledged is readable and nothing else is. See docs/design.md, "What timing can and cannot do".
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from coordinator import (
+    CommitStateUnknownError,
+    Producer,
+    ProducerFencedError,
+    Store,
+    StoreError,
+    TransactionCoordinator,
+    create_topic,
+    faults,
+    open_store,
+    read_snapshot,
+)
+from coordinator import inspect as ti
+from coordinator.backends import local as local_backend
+from coordinator.layout import TXN_CHECKPOINT, TXN_LOG, parse_seq, txn_log_path
+from core_helpers import LostReplyStore
+
+_T = pa.schema([pa.field("v", pa.string(), nullable=False)])
+#: a truncation "an hour later" on the store's clock: every checkpoint is older than any grace period
+_HOUR_S = 3600.0
+
+
+class _Paused(LostReplyStore):
+    """A real store that runs ``after(kind, path, result)`` once a call has been applied by the store, before its
+    answer reaches the caller: a process paused inside a store call."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.after: Callable[[str, str], None] = lambda kind, path: None
+
+    def get(self, path: str) -> bytes:
+        try:
+            data = super().get(path)
+        except FileNotFoundError:
+            self.after("get-missing", path)
+            raise
+        self.after("get", path)
+        return data
+
+    def list(self, prefix: str, start_after: str | None = None, limit: int | None = None) -> builtins.list[str]:
+        names = super().list(prefix, start_after, limit)
+        self.after("list", prefix)
+        return names
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        created = super().put_if_absent(path, data)
+        self.after("put_if_absent", path)
+        return created
+
+
+def _lake(url: str) -> str:
+    create_topic(open_store(url), "t", _T, 1)
+    return url
+
+
+def _memory() -> str:
+    return _lake(f"memory://timing-{uuid.uuid4().hex}")
+
+
+def _values(url: str) -> list[str]:
+    return sorted(read_snapshot(open_store(url), ["t"])["t"].column("v").to_pylist())
+
+
+def _entries(url: str) -> list[int]:
+    return [q for n in open_store(url).list(TXN_LOG) if (q := parse_seq(n)) is not None]
+
+
+def _others_move_on_and_truncate(url: str, n: int = 24) -> None:
+    """Another process commits ``n`` transactions (checkpointing every 4 entries, numbered every 16) and then
+    truncates the log with a store clock an hour ahead: every entry below the newest numbered checkpoint goes."""
+    busy = Producer(open_store(url), f"busy-{uuid.uuid4().hex[:6]}",
+                    coordinator=TransactionCoordinator(open_store(url), checkpoint_interval=4))
+    busy.init_transactions()
+    for i in range(n):
+        with busy.transaction():
+            busy.send("t", [{"v": f"{busy.transactional_id}-{i}"}])
+    logs = busy.coordinator.log
+    logs.flush()
+    logs.refresh()
+    logs.write_checkpoint()
+    assert logs.truncate(now=time.time() + _HOUR_S) > 0
+
+
+def _once(fn: Callable[[], None]) -> Callable[[], None]:
+    done: list[bool] = []
+
+    def run() -> None:
+        if not done:
+            done.append(True)
+            with faults.injected(None):
+                fn()
+
+    return run
+
+
+def _assert_acknowledged_is_readable(url: str, acknowledged: list[str]) -> None:
+    values = _values(url)
+    for v in acknowledged:
+        assert v in values, f"acknowledged commit {v!r} is not readable: lost"
+    assert len(values) == len(set(values)), "a value was published twice"
+    assert ti.verify(open_store(url)) == []
+
+
+def test_a_producer_paused_inside_a_read_of_the_log_never_writes_under_a_freed_number() -> None:
+    """G5, issue 26 point 1. A producer reads the log and pauses *inside* the read (here: its by-name refresh asked
+    for the next entry, was told it does not exist, and the answer reaches it after the pause). Meanwhile others
+    move the log on and a truncation frees the numbers below its checkpoint. Its next commits must not be written
+    under freed numbers and acknowledged: before the fix, the freshness of its view was measured from after the
+    read, so a later by-name refresh trusted it and 171 of 349 acknowledged commits of a continued run were lost."""
+    url = _memory()
+    net = _Paused(open_store(url))
+    p = Producer(net, "paused", coordinator=TransactionCoordinator(net, checkpoint_interval=0))
+    p.init_transactions()
+    view = p.coordinator.log.state.seq
+    pause = _once(lambda: _others_move_on_and_truncate(url))
+    net.after = lambda kind, path: pause() if kind == "get-missing" and path == txn_log_path(view + 1) else None
+    p.coordinator.log.refresh()  # the read that pauses
+    assert view + 1 not in _entries(url), "the truncation did not free the number the paused read asked for"
+    acknowledged = []
+    for i in range(5):
+        with p.transaction():
+            p.send("t", [{"v": f"paused-{i}"}])
+        acknowledged.append(f"paused-{i}")
+    _assert_acknowledged_is_readable(url, acknowledged)
+
+
+@pytest.mark.parametrize("where", ["entry-create", "checkpoint-list"])
+def test_a_committer_paused_inside_its_entry_write_is_never_acknowledged_for_a_ghost(where: str) -> None:
+    """G5. The pause is inside the conditional create (its request applied long after it was sent) or right after
+    it, before the writer proves the entry: the object lands under a number a truncation freed meanwhile. It must
+    not count as the log's entry; the commit is decided again (or reported unknown), and what is acknowledged is
+    readable."""
+    url = _memory()
+    net = _Paused(open_store(url))
+    p = Producer(net, "paused", coordinator=TransactionCoordinator(net, checkpoint_interval=0))
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("t", [{"v": "paused"}])
+    p.flush()
+    pause = _once(lambda: _others_move_on_and_truncate(url))
+    created: list[str] = []
+
+    def before_create(name: str) -> None:
+        if name == "txnlog.entry.before" and where == "entry-create":
+            pause()  # the request is "in flight" while the others move on: applied after the truncation
+
+    def after(kind: str, path: str) -> None:
+        if kind == "put_if_absent" and path.startswith(TXN_LOG + "/"):
+            created.append(path)
+        if kind == "list" and path == TXN_CHECKPOINT and created and where == "checkpoint-list":
+            pause()  # the writer's proof itself is slow: nothing it learns later may be trusted blindly
+
+    net.after = after
+    with faults.injected(before_create):
+        try:
+            p.commit_transaction()
+            acknowledged = ["paused"]
+        except CommitStateUnknownError:
+            acknowledged = []
+    assert created
+    _assert_acknowledged_is_readable(url, acknowledged)
+
+
+def test_a_ghost_linked_by_the_local_store_after_a_pause_is_not_accepted(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """G5, issue 26 point 2. Local store: the process pauses between writing the temp file and ``os.link``ing it
+    to the entry's name; a truncation frees that name meanwhile, and the link succeeds. The linked entry carries the
+    temp file's modification time (before the checkpoint), so the former check, which compared modification times,
+    took it for the log's entry and acknowledged a commit no reader sees."""
+    url = _lake(f"file://{tmp_path / 'lake'}")
+    p = Producer(open_store(url), "paused", coordinator=TransactionCoordinator(open_store(url), checkpoint_interval=0))
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("t", [{"v": "paused"}])
+    p.flush()
+    pause = _once(lambda: _others_move_on_and_truncate(url))
+    real_link = os.link
+
+    def slow_link(src: str, dst: str) -> None:
+        if os.sep + "log" + os.sep in dst:
+            pause()
+        real_link(src, dst)
+
+    monkeypatch.setattr(local_backend.os, "link", slow_link)
+    try:
+        p.commit_transaction()
+        acknowledged = ["paused"]
+    except CommitStateUnknownError:
+        acknowledged = []
+    monkeypatch.undo()
+    _assert_acknowledged_is_readable(url, acknowledged)
+
+
+def test_a_fenced_answer_is_given_only_when_the_log_proves_the_transaction_was_not_committed() -> None:
+    """G3/G5, issue 26 point 3. A Spark batch job's commit waits as an intent, pauses; another writer's entry
+    commits it; the job is restarted (a new epoch of the same ``transactionalId``); the log is truncated past the
+    deciding entry. The resumed commit was answered ``ProducerFencedError`` and the sink deleted the committed
+    files: readers then failed for good on the missing files. The state now remembers what each fenced epoch
+    decided, so the resumed commit learns it committed."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from txnsink import make_writer
+    from txnsink.staging import TaskIds, stage_batches
+
+    url = _memory()
+    schema = StructType([StructField("v", StringType(), False)])
+    opts = {"path": url, "topic": "t", "transactionalId": "job"}
+    w = make_writer(opts, schema, False)
+    rows = iter([pa.RecordBatch.from_pylist([{"v": "job-1"}], schema=_T)])
+    msg = stage_batches(open_store(url), w.plan, rows, TaskIds(0, 0, 0), w.txn)
+    other = Producer(open_store(url), "other")
+    other.init_transactions()
+    seen: list[str] = []
+
+    def lose_the_race_then_pause(name: str) -> None:
+        if name == "txnlog.entry.before" and not seen:
+            seen.append(name)
+            with faults.injected(None), other.transaction():  # takes the entry the job was about to create
+                other.send("t", [{"v": "first"}])
+        elif name == "intent.after" and seen == ["txnlog.entry.before"]:
+            seen.append(name)
+            with faults.injected(None):
+                with other.transaction():  # its writer decides the waiting intent: the job is committed
+                    other.send("t", [{"v": "second"}])
+                assert "job-1" in _values(url)
+                make_writer(opts, schema, False)  # the job restarted: a new epoch fences the paused driver
+                _others_move_on_and_truncate(url)
+
+    with faults.injected(lose_the_race_then_pause):
+        try:
+            w.commit([msg])
+        except CommitStateUnknownError:
+            pass
+        except ProducerFencedError:
+            pytest.fail("answered fenced for a transaction the log committed")
+    assert seen == ["txnlog.entry.before", "intent.after"]
+    w.abort([msg])  # what Spark does after a failed commit: must not delete what the log committed
+    assert "job-1" in _values(url)
+    _assert_acknowledged_is_readable(url, ["job-1", "first", "second"])
+
+
+def test_a_batch_sink_commit_answered_fenced_deletes_nothing_and_its_abort_deletes_what_the_log_aborted() -> None:
+    """G8, issue 26 point 3. A commit refused because a newer epoch fenced the job deletes nothing itself; Spark's
+    ``abort`` then deletes the staged files, since the log says that transaction can never commit."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from txnsink import make_writer
+    from txnsink.staging import TaskIds, stage_batches
+
+    url = _memory()
+    schema = StructType([StructField("v", StringType(), False)])
+    opts = {"path": url, "topic": "t", "transactionalId": "job"}
+    w = make_writer(opts, schema, False)
+    rows = iter([pa.RecordBatch.from_pylist([{"v": "zombie"}], schema=_T)])
+    msg = stage_batches(open_store(url), w.plan, rows, TaskIds(0, 0, 0), w.txn)
+    staged = [i.path for i in open_store(url).list_info("topics/t/0/data")]
+    assert staged
+    make_writer(opts, schema, False)  # a newer job with the same transactionalId
+    with pytest.raises(ProducerFencedError):
+        w.commit([msg])
+    assert [i.path for i in open_store(url).list_info("topics/t/0/data")] == staged, "commit deleted files"
+    w.abort([msg])
+    assert open_store(url).list_info("topics/t/0/data") == []
+    assert _values(url) == []
+
+
+class _DownAfterCreate(LostReplyStore):
+    """A real store that goes down (every read fails) once a log entry was created, until ``down`` is cleared."""
+
+    armed = down = False
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        created = super().put_if_absent(path, data)
+        if created and self.armed and path.startswith(TXN_LOG + "/"):
+            self.armed, self.down = False, True
+        return created
+
+    def _check(self, path: str) -> None:
+        if self.down:
+            raise StoreError(f"injected fault: {path} cannot be read")
+
+    def list(self, prefix: str, start_after: str | None = None, limit: int | None = None) -> builtins.list[str]:
+        self._check(prefix)
+        return super().list(prefix, start_after, limit)
+
+    def get(self, path: str) -> bytes:
+        self._check(path)
+        return super().get(path)
+
+
+def test_a_store_error_after_the_entry_was_created_is_an_unknown_outcome_never_a_plain_store_error() -> None:
+    """G7, issue 26 point 4. The entry's conditional create succeeded and the store then fails the writer's check
+    of the entry (and every read after it): the caller must get ``CommitStateUnknownError`` (a caller that retries
+    after a plain ``StoreError`` as after a failure publishes the transaction twice), and a retry of the commit,
+    once the store is back, learns it committed, once."""
+    url = _memory()
+    net = _DownAfterCreate(open_store(url))
+    p = Producer(net, "p", coordinator=TransactionCoordinator(net, checkpoint_interval=0))
+    p.init_transactions()
+    net.armed = True
+    p.begin_transaction()
+    p.send("t", [{"v": "once"}])
+    with pytest.raises(CommitStateUnknownError):
+        p.commit_transaction()
+    net.down = False
+    p.commit_transaction()  # the caller's retry after an unknown outcome
+    assert _values(url) == ["once"]
+
+
+def test_a_reader_whose_view_a_truncation_passed_by_never_takes_ghosts_for_the_log() -> None:
+    """G1/G5. Ghosts left in the store (writers that died right after creating them, before proving them) fill
+    every number a truncation freed after a reader's view, each naming the one before it, so a listing after the
+    view is dense up to the first entry the truncation kept. The reader must not apply them: its state is the
+    log's. (The former reader took a dense listing for the log: producers whose entries the ghosts replaced vanished
+    from its state, and their later commits with them.)"""
+    url = _memory()
+    reader_store = open_store(url)
+    reader = TransactionCoordinator(reader_store, checkpoint_interval=0)
+    p = Producer(open_store(url), "p")
+    p.init_transactions()
+    with p.transaction():
+        p.send("t", [{"v": "before"}])
+    view = reader.log.refresh().seq
+    prev = json.loads(open_store(url).get(txn_log_path(view)))["writer"]
+    _others_move_on_and_truncate(url)
+    kept = min(_entries(url))
+    assert kept > view + 1
+    store = open_store(url)
+    for seq in range(view + 1, kept):
+        token = uuid.uuid4().hex
+        ghost = {"v": 2, "seq": seq, "ts": int(time.time() * 1000), "writer": token, "prev": prev, "items": [],
+                 "touched": []}
+        assert store.put_if_absent(txn_log_path(seq), json.dumps(ghost).encode())
+        prev = token
+    seen = reader.log.refresh()
+    fresh = TransactionCoordinator(open_store(url)).log.refresh()
+    assert seen.seq == fresh.seq
+    assert sorted(seen.producers) == sorted(fresh.producers), "the reader applied ghosts in place of the log"
+    assert seen.to_json() == fresh.to_json()
+    got = sorted(read_snapshot(reader_store, ["t"], coordinator=reader)["t"].column("v").to_pylist())
+    assert got == _values(url)
