@@ -547,6 +547,10 @@ class _Hooked(LostReplyStore):
         self.on("get", path)
         return super().get(path)
 
+    def list(self, prefix: str, start_after: str | None = None, limit: int | None = None) -> list[str]:
+        self.on("list", prefix)
+        return super().list(prefix, start_after, limit)
+
     def lose(self, path: str) -> str | None:
         self.on("lose?", path)
         return "unknown" if self.lose_next and path.startswith(self.lose_next) else None
@@ -561,6 +565,20 @@ def _fail_once(net: _Hooked, kind: str, path: str) -> Callable[[str, str], None]
     def hook(k: str, p: str) -> None:
         if k == kind and p == path:
             net.on = lambda kind, path: None
+            _raise_store_error(p)
+    return hook
+
+
+def _fail_reads(net: _Hooked, n: int) -> Callable[[str, str], None]:
+    """A hook for ``net.on`` failing the next ``n`` reads (get, list) of ``_txn/`` with a StoreError (the store is
+    down for a moment), then removing itself."""
+    left = [n]
+
+    def hook(k: str, p: str) -> None:
+        if k in ("get", "list") and p.startswith("_txn/"):
+            left[0] -= 1
+            if left[0] <= 0:
+                net.on = lambda kind, path: None
             _raise_store_error(p)
     return hook
 
@@ -816,10 +834,11 @@ def test_a_request_decided_by_another_writer_while_its_process_stalled_is_never_
 def test_a_stalled_committers_real_entry_whose_check_failed_answers_its_retry_after_the_producer_expired(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """G5/G3. A committer stalls before creating its entry (longer than ``RECENT_S``), creates it (a real entry:
-    nothing was truncated), and the store fails its ghost check, so the entry is a suspect and the commit answers
-    ``CommitStateUnknownError``. Its producer then expires (a transactional id idle past its expiration). The retry
-    judges the suspect real; it must then answer the commit's decision, not ``ProducerFencedError`` (which says the
-    transaction never committed) for rows every reader sees. Found by the eight-worker histories with the stall
+    nothing was truncated), and the store fails its proof that the entry is the log's and the reads after it, so the
+    entry is a suspect and the commit answers ``CommitStateUnknownError``. Its producer then expires (a
+    transactional id idle past its expiration). The retry judges the suspect real; it must then answer the
+    commit's decision, not ``ProducerFencedError`` (which says the transaction never committed) for rows every
+    reader sees. Found by the eight-worker histories with the stall
     fault (``aborted-read``: rows of a transaction its producer was told had failed)."""
     monkeypatch.setattr(txnlog, "RECENT_S", 0.05)
     url = _lake("real-suspect")
@@ -829,19 +848,20 @@ def test_a_stalled_committers_real_entry_whose_check_failed_answers_its_retry_af
     stalled.init_transactions()
     seen: list[str] = []
 
-    fail_the_check_once = _fail_once(net, "get", LAST_CHECKPOINT)
+    store_down = _fail_reads(net, 1000)
 
     def stall_at_the_entry(name: str) -> None:
-        if name == "txnlog.entry.before" and not seen:
+        if name == "txnlog.entry.after" and not seen:
             seen.append(name)
             time.sleep(0.1)
-            net.on = fail_the_check_once
+            net.on = store_down
 
     stalled.begin_transaction()
     stalled.send("t", [{"v": "stalled"}])
-    with faults.injected(stall_at_the_entry), pytest.raises((CommitStateUnknownError, StoreError)):
+    with faults.injected(stall_at_the_entry), pytest.raises(CommitStateUnknownError):
         stalled.commit_transaction()
-    assert seen and net.on is not fail_the_check_once
+    assert seen
+    net.on = lambda kind, path: None  # the store is back
     assert _values(url) == ["stalled"]  # the entry is real: every reader sees the commit
     other = TransactionCoordinator(open_store(url))
     assert other.expire_transactional_ids(now=_days_ahead())

@@ -17,6 +17,7 @@ Thread-safe; one instance per process and store is enough.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import threading
@@ -263,7 +264,7 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof):
             after = seq_name(self.state.seq) if self.state.seq >= 0 else None
             # entries read but unproven: the proof's listing, made after their reads, runs beside this one
             view = self.state.seq
-            proof = parallel.start(lambda: self._checkpoints_above(view)) if self._unproven else None
+            proof = parallel.start(functools.partial(self._checkpoints_above, view)) if self._unproven else None
             try:
                 seqs = [q for n in self.store.list(TXN_LOG, start_after=after, limit=self.jump + 1)
                         if (q := parse_seq(n)) is not None]
