@@ -361,3 +361,4 @@ def test_a_reader_whose_view_a_truncation_passed_by_never_takes_ghosts_for_the_l
     assert seen.to_json() == fresh.to_json()
     got = sorted(read_snapshot(reader_store, ["t"], coordinator=reader)["t"].column("v").to_pylist())
     assert got == _values(url)
+    assert ti.verify(open_store(url)) == []  # ghosts left below a checkpoint are no damage

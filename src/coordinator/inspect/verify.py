@@ -89,6 +89,20 @@ def _dense(names: list[str], folder: str, checkpoints: list[int], what: str) -> 
     return [Problem(f"{folder}/{seq_name(first)}", "gap", message)]
 
 
+def _chained(entries: dict[int, LogEntry]) -> list[LogEntry]:
+    """The entries proven the log's by their links: from the newest (the log's tail is never a ghost: a ghost lies
+    below a kept checkpoint, whose entry is retained) down while each names the one below as its predecessor. A
+    ghost left below a checkpoint (its writer died before proving it; see docs/design.md, "What timing can and
+    cannot do") breaks the chain; no reader takes it, and the next truncation deletes it."""
+    chained: list[LogEntry] = []
+    for seq in sorted(entries, reverse=True):
+        e = entries[seq]
+        if chained and (chained[-1].seq != seq + 1 or (chained[-1].prev and chained[-1].prev != e.writer)):
+            break
+        chained.append(e)
+    return chained
+
+
 def _numbered(store: Store, folder: str) -> list[int]:
     return [n for n in (parse_seq(x) for x in store.list(folder)) if n is not None]
 
@@ -145,7 +159,7 @@ def verify(store: Store, *, progress: ProgressFn | None = None,
     except TxnLogError as exc:
         problems.append(Problem(TXN_LOG, "corrupt", f"the transaction log cannot be replayed: {exc}"))
     defined: dict[tuple[str, int, int], LogEntry] = {}
-    for e in entries.values():
+    for e in _chained(entries):
         for t, p, idx in e.touched:
             defined[(t, p, idx)] = e
     segments: dict[str, tuple[int, int]] = {}
