@@ -107,7 +107,8 @@ class LogProof:
         or still to decide: a real entry's decisions are in every later state).
 
         Raises:
-            CommitStateUnknownError: the store failed while judging (the entry stays a suspect).
+            CommitStateUnknownError: the store failed while judging (the entry stays a suspect) or while reading the
+                checkpoint after it.
         """
         self._suspects[entry.seq] = entry
         try:
@@ -128,7 +129,12 @@ class LogProof:
             log.warning("log entry %d was created after the log moved past it and no checkpoint tells whether it "
                         "is the log's: its decisions are never taken; its requests learn their fate from the log",
                         entry.seq)
-        ck = self._read_last_checkpoint(above=entry.seq - 1)
+        try:
+            ck = self._read_last_checkpoint(above=entry.seq - 1)
+        except StoreError as exc:
+            raise CommitStateUnknownError(
+                f"log entry {entry.seq} was created after the log moved past its number, and the store failed while "
+                f"reading the checkpoint that decides its requests: {exc}") from exc
         if ck is not None:
             self._jump_to(ck)
         return False
