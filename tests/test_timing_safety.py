@@ -362,3 +362,27 @@ def test_a_reader_whose_view_a_truncation_passed_by_never_takes_ghosts_for_the_l
     got = sorted(read_snapshot(reader_store, ["t"], coordinator=reader)["t"].column("v").to_pylist())
     assert got == _values(url)
     assert ti.verify(open_store(url)) == []  # ghosts left below a checkpoint are no damage
+
+
+def test_a_zombie_many_epochs_behind_is_told_fenced_from_the_state_alone() -> None:
+    """G3. A zombie whose transactional id was initialised again many times since (more than the state remembers
+    epochs that decided something) gets ``ProducerFencedError``: the state remembers from which epoch on every
+    fenced epoch that decided something is listed, so an epoch that decided nothing is known to be fenced."""
+    url = _memory()
+    zombie = Producer(open_store(url), "z")
+    zombie.init_transactions()
+    zombie.begin_transaction()
+    zombie.send("t", [{"v": "zombie"}])
+    zombie.flush()
+    for i in range(12):
+        again = Producer(open_store(url), "z")
+        again.init_transactions()
+        if i % 2 == 0:
+            with again.transaction():
+                again.send("t", [{"v": f"again-{i}"}])
+    logs = TransactionCoordinator(open_store(url)).log
+    meta = logs.refresh().producers["z"]
+    assert meta.epoch == 12 and meta.fenced_from == 0
+    with pytest.raises(ProducerFencedError):
+        zombie.commit_transaction()
+    assert "zombie" not in _values(url)

@@ -27,7 +27,7 @@ from coordinator.records import (
 TopicPartition = tuple[str, int]
 
 #: Fenced epochs a producer's state remembers (see :attr:`ProducerMeta.fenced`).
-FENCED_KEPT = 4
+FENCED_KEPT = 8
 #: Writer tokens of the last entries a state (and so a checkpoint) keeps: how far back a checkpoint tells which
 #: object was the log's entry (docs/design.md, "What timing can and cannot do").
 TOKENS_KEPT = 64
@@ -39,11 +39,12 @@ class ProducerMeta:
 
     ``last_txn`` is the number of the producer's last decided transaction at this epoch (-1: none yet), with its
     outcome (``committed`` / ``aborted``) and reason. ``init_request`` names the request that set this epoch.
-    ``fenced`` remembers, newest first, the last :data:`FENCED_KEPT` epochs this producer left behind (by an
-    ``init_transactions`` or a fencing abort): ``(epoch, last decided txn number, its outcome)``, the outcome
-    ``fenced`` for the transaction a fencing abort aborted. After a fence
-    nothing of the old epoch can be decided, so a request of a remembered epoch is answered exactly: decided before
-    the fence, or never.
+    ``fenced`` remembers, newest first, the last :data:`FENCED_KEPT` epochs that decided something among those this
+    producer left behind (by an ``init_transactions`` or a fencing abort) since epoch ``fenced_from``:
+    ``(epoch, last decided txn number, its outcome)``, the outcome ``fenced`` for the transaction a fencing abort
+    aborted; an epoch from ``fenced_from`` on that is not listed decided nothing. After a fence nothing of the old
+    epoch can be decided, so a request of a remembered epoch is answered exactly: decided before the fence, or
+    never.
     """
 
     tid: str
@@ -58,27 +59,35 @@ class ProducerMeta:
     ephemeral: bool = False
     init_request: str = ""
     fenced: tuple[tuple[int, int, str | None], ...] = ()
+    fenced_from: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"tid": self.tid, "pid": self.pid, "epoch": self.epoch, "state": self.state.value,
                 "last_txn": self.last_txn, "last_outcome": self.last_outcome, "last_reason": self.last_reason,
                 "timeout_ms": self.timeout_ms, "last_ts": self.last_ts, "ephemeral": self.ephemeral,
-                "init_request": self.init_request, "fenced": [list(f) for f in self.fenced]}
+                "init_request": self.init_request, "fenced": [list(f) for f in self.fenced],
+                "fenced_from": self.fenced_from}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ProducerMeta:
         return cls(str(d["tid"]), int(d["pid"]), int(d["epoch"]), TxnState(d["state"]), int(d["last_txn"]),
                    d.get("last_outcome"), d.get("last_reason"), int(d["timeout_ms"]), int(d["last_ts"]),
                    bool(d.get("ephemeral", False)), str(d.get("init_request", "")),
-                   tuple((int(e), int(n), None if o is None else str(o)) for e, n, o in d.get("fenced", ())))
+                   tuple((int(e), int(n), None if o is None else str(o)) for e, n, o in d.get("fenced", ())),
+                   int(d.get("fenced_from", d["epoch"])))
 
     def fenced_epoch(self, epoch: int) -> tuple[int, str | None] | None:
-        """``(last decided txn number, its outcome)`` of fenced epoch ``epoch``, if remembered."""
-        return next(((n, o) for e, n, o in self.fenced if e == epoch), None)
+        """``(last decided txn number, its outcome)`` of fenced epoch ``epoch`` (``(-1, None)``: it decided
+        nothing), or None when the state does not remember it."""
+        if not self.fenced_from <= epoch < self.epoch:
+            return None
+        return next(((n, o) for e, n, o in self.fenced if e == epoch), (-1, None))
 
-    def leaving(self, last_txn: int, outcome: str | None) -> tuple[tuple[int, int, str | None], ...]:
-        """:attr:`fenced` after this epoch is fenced with ``last_txn`` its last decided transaction."""
-        return ((self.epoch, last_txn, outcome), *self.fenced)[:FENCED_KEPT]
+    def leaving(self, last_txn: int, outcome: str | None) -> tuple[tuple[tuple[int, int, str | None], ...], int]:
+        """``(fenced, fenced_from)`` after this epoch is fenced with ``last_txn`` its last decided transaction."""
+        kept = ((self.epoch, last_txn, outcome), *self.fenced) if last_txn >= 0 else self.fenced
+        since = self.fenced_from if len(kept) <= FENCED_KEPT else max(self.fenced_from, kept[FENCED_KEPT][0] + 1)
+        return kept[:FENCED_KEPT], since
 
 
 @dataclass(frozen=True)
@@ -113,6 +122,10 @@ class PartitionMeta:
     next_idx: int = 0
     layout: int = 0
     last_seq: int = -1
+
+
+def _left(left: tuple[tuple[tuple[int, int, str | None], ...], int]) -> dict[str, Any]:
+    return {"fenced": left[0], "fenced_from": left[1]}
 
 
 class CoordinatorState:
@@ -194,9 +207,10 @@ class CoordinatorState:
         """Apply one decision made at time ``ts`` (never validates)."""
         if isinstance(item, InitItem):
             old = self.producers.get(item.tid)
-            left = old.leaving(old.last_txn, old.last_outcome) if old is not None and old.pid == item.pid else ()
+            left, since = old.leaving(old.last_txn, old.last_outcome) if old is not None and old.pid == item.pid \
+                else ((), item.epoch)
             self.producers[item.tid] = ProducerMeta(item.tid, item.pid, item.epoch, TxnState.EMPTY, -1, None, None,
-                                                    item.timeout_ms, ts, item.ephemeral, item.request, left)
+                                                    item.timeout_ms, ts, item.ephemeral, item.request, left, since)
             self.next_pid = max(self.next_pid, item.pid + 1)
             self.sequences.pop(item.tid, None)
         elif isinstance(item, CommitItem):
@@ -260,7 +274,7 @@ class CoordinatorState:
                     last, how = (item.n, "fenced") if item.n > meta.last_txn else (meta.last_txn, meta.last_outcome)
                     self.producers[item.tid] = replace(meta, epoch=meta.epoch + 1, state=TxnState.COMPLETE_ABORT,
                                                        last_txn=-1, last_outcome="aborted", last_reason=item.reason,
-                                                       last_ts=ts, fenced=meta.leaving(last, how))
+                                                       last_ts=ts, **_left(meta.leaving(last, how)))
                     self.sequences.pop(item.tid, None)
                 else:
                     self.producers[item.tid] = replace(meta, state=TxnState.COMPLETE_ABORT, last_txn=item.n,
