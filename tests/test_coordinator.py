@@ -1,6 +1,7 @@
 """Core guarantees on every backend: G1 atomic visibility, G3 fencing, G4 order and offsets, G6 no blocking,
-G7 honest failure, G8 bad input; plus timeouts, expiration, sequence numbers, idempotency keys, group offsets and
-checkpoints."""
+G7 honest failure, G8 bad input; plus timeouts, expiration, sequence numbers, idempotency keys, group offsets,
+checkpoints, and the entry builder deciding each request against what the requests before it in the same entry
+did."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from coordinator import (
     OutOfOrderSequenceError,
     Producer,
     ProducerFencedError,
+    ProducerIdentity,
     SchemaMismatchError,
     Store,
     TopicNotFoundError,
@@ -24,7 +26,9 @@ from coordinator import (
     read_snapshot,
     stage_segment,
 )
-from coordinator.records import TxnState
+from coordinator.decisions import Request, abort_request, commit_request, init_request, request_bytes
+from coordinator.layout import intent_path
+from coordinator.records import CommitItem, InitItem, RejectItem, TxnState, app_txn_id
 from core_helpers import SCHEMA, Backend, LostReplyStore, committed_ids, make_topic, rows
 
 
@@ -447,3 +451,106 @@ def test_snapshot_is_a_prefix_of_the_log_and_needs_no_partition_request(backend:
     ids = sorted(read_snapshot(backend.open(), ["t"], snapshot=snap)["t"].column("id").to_pylist())
     assert ids == list(range(80)), "the cut holds x entirely and nothing of y"
     assert committed_ids(backend) == list(range(80)) + list(range(100, 180))
+
+
+# -- the entry builder: a request is decided against the state the requests before it in the entry left ----------
+#
+# Across entries, a request already decided or fenced is answered from the state before the builder sees it (and a
+# waiting intent is skipped by its name), so only requests that meet in one entry test the builder's own checks.
+
+
+def _wait_as_intent(store: Store, *reqs: Request) -> None:
+    """Publish ``reqs`` as intents, as their processes do after losing a race (and then pause)."""
+    for req in reqs:
+        store.put(intent_path(req.id), request_bytes(req))
+
+
+def test_a_fenced_producers_commit_decided_after_its_fence_in_one_entry_is_rejected(backend: Backend) -> None:
+    """G3: a writer taking over the log with its own init of ``etl`` (which fences epoch 0) and the old epoch's
+    commit intent, read before, decides both in one entry: the commit comes after the fence and is rejected."""
+    store = backend.open()
+    make_topic(store, partitions=1)
+    coord = TransactionCoordinator(store)
+    ident = coord.init_producer("etl")
+    seg = stage_segment(store, "t", 0, pa.Table.from_pylist(rows(range(5), "zombie"), schema=SCHEMA),
+                        f"{ident.txn_id(0)}~a", seq=0)
+    zombie = commit_request(txn=ident.txn_id(0), tid="etl", pid=ident.pid, epoch=ident.epoch, n=0, segments=(seg,))
+    fence = init_request("etl", (ident.pid, ident.epoch), 60_000, False)
+    builder = backend.coordinator().log
+    with builder._lock:
+        builder.refresh()
+        won = builder._append([fence, zombie])
+    assert won is not None
+    init, decided = won[0].items
+    assert isinstance(init, InitItem) and init.epoch == ident.epoch + 1
+    assert isinstance(decided, RejectItem) and decided.request == zombie.id and decided.code == "fenced"
+    with pytest.raises(ProducerFencedError):
+        coord.commit(ident, ident.txn_id(0), [seg])
+    assert committed_ids(backend) == []
+
+
+def test_a_fenced_producers_abort_intent_decided_after_its_fence_is_rejected(backend: Backend) -> None:
+    """G3: an init of ``etl`` (a new epoch) and an abort by the old epoch wait as intents; another process's commit
+    decides both in one entry, the fence first (intents in name order): the abort is rejected and leaves the new
+    epoch's first transaction alone, which then commits."""
+    store = backend.open()
+    make_topic(store, partitions=1)
+    coord = TransactionCoordinator(store)
+    ident = coord.init_producer("etl")
+    zombie = abort_request(txn=ident.txn_id(0), tid="etl", pid=ident.pid, epoch=ident.epoch, n=0, reason="zombie")
+    fence = init_request("etl", (ident.pid, ident.epoch), 60_000, False)
+    other = Producer(backend.open(), "other")
+    other.init_transactions()
+    _wait_as_intent(store, fence, zombie)
+    with other.transaction():
+        other.send("t", rows([100], "other"))
+    seen, fenced_by = other.coordinator.log.decision(zombie.id), other.coordinator.log.decision(fence.id)
+    assert seen is not None and fenced_by is not None
+    assert isinstance(seen[0], RejectItem) and seen[0].code == "fenced"
+    assert isinstance(fenced_by[0], InitItem) and fenced_by[1] == seen[1]  # the fence, earlier in the same entry
+    meta = backend.coordinator().log.refresh().producers["etl"]
+    assert (meta.epoch, meta.state, meta.last_txn) == (ident.epoch + 1, TxnState.EMPTY, -1)
+    new = ProducerIdentity("etl", ident.pid, ident.epoch + 1)
+    seg = stage_segment(store, "t", 0, pa.Table.from_pylist(rows([1, 2], "new"), schema=SCHEMA),
+                        f"{new.txn_id(0)}~a", seq=0)
+    assert coord.commit(new, new.txn_id(0), [seg]).records == 2
+    assert committed_ids(backend) == [1, 2, 100]
+
+
+def test_two_attempts_at_one_application_version_decided_in_one_entry_commit_once(backend: Backend) -> None:
+    """G2: two attempts at version 7 of ``q1`` (a restarted Spark job and its zombie) wait as intents and are
+    decided in one entry by another process's commit: the first commits, the second publishes nothing."""
+    store = backend.open()
+    make_topic(store, partitions=1)
+    tbl = pa.Table.from_pylist(rows(range(4), "b"), schema=SCHEMA)
+    attempts = [commit_request(txn=app_txn_id("q1", 7, tok), app="q1", version=7, token=tok,
+                               segments=(stage_segment(store, "t", 0, tbl, f"{app_txn_id('q1', 7, tok)}~x"),))
+                for tok in ("first", "replay")]
+    other = Producer(backend.open(), "other")
+    other.init_transactions()
+    _wait_as_intent(store, *attempts)
+    with other.transaction():
+        other.send("t", rows([100], "other"))
+    first = other.coordinator.log.decision(attempts[0].id)
+    assert first is not None and isinstance(first[0], CommitItem)
+    assert backend.coordinator().log.refresh().apps["q1"].token == "first"
+    assert committed_ids(backend) == [0, 1, 2, 3, 100]
+
+
+def test_an_attempt_reaped_earlier_in_an_entry_cannot_commit_later_in_it(backend: Backend) -> None:
+    """G1: GC's reap of an attempt (its files may go next) and that attempt's late commit, decided in one entry
+    in that order: the commit is refused, never made onto files GC deletes."""
+    store = backend.open()
+    make_topic(store, partitions=1)
+    txn = app_txn_id("q1", 7, "tok")
+    seg = stage_segment(store, "t", 0, pa.Table.from_pylist(rows(range(4), "b"), schema=SCHEMA), f"{txn}~x")
+    reap = abort_request(txn=txn, app="q1", version=7, token="tok", reason="reaped by GC", segments=(seg,))
+    late = commit_request(txn=txn, app="q1", version=7, token="tok", segments=(seg,))
+    builder = backend.coordinator().log
+    with builder._lock:
+        builder.refresh()
+        won = builder._append([reap, late])
+    assert won is not None
+    refused = next(i for i in won[0].items if i.request == late.id)
+    assert isinstance(refused, RejectItem) and refused.code == "reaped"
+    assert committed_ids(backend) == []

@@ -45,6 +45,7 @@ from coordinator.layout import (
     TXN_CHECKPOINT,
     TXN_LOG,
     parse_seq,
+    seq_name,
     txn_checkpoint_path,
     txn_log_path,
 )
@@ -1287,6 +1288,33 @@ def test_a_truncation_interrupted_after_deleting_an_old_checkpoint_leaves_a_log_
     store.delete(LAST_CHECKPOINT)
     assert [p.message for p in ti.verify(store) if p.kind == "gap"] == [
         f"transaction log starts at {a + 1} with no checkpoint covering the entries before it"]
+
+
+def test_log_truncation_keeps_the_entry_its_checkpoint_ends_at_for_stale_views() -> None:
+    """A truncation deletes the entries below its checkpoint and keeps the one the checkpoint ends at, so a view
+    older than the checkpoint lists that entry, sees that it does not follow on, and jumps, with no help from
+    ``_txn/checkpoint/_last.json`` (put back here by a slow checkpoint writer to a state older than the view). Were
+    that entry deleted too, the quiet log would list nothing after the view, and its process would write its next
+    entry under a deleted number, below the checkpoint, where no reader looks."""
+    url = _lake("kept-entry")
+    busy = _busy(url, range(4))
+    store = open_store(url)
+    old_pointer = store.get(LAST_CHECKPOINT)  # what a slow checkpoint writer still holds
+    stale = TransactionCoordinator(open_store(url), checkpoint_interval=0)
+    view = stale.log.refresh().seq
+    assert json.loads(old_pointer)["seq"] <= view
+    _busy(url, range(4, 47), busy)  # numbered checkpoints every 16 entries: the last one ends at the last entry
+    last = busy.coordinator.log.state.seq
+    assert store.exists(txn_checkpoint_path(last))
+    assert busy.coordinator.log.truncate(grace_ms=txnlog.MIN_LOG_GRACE_MS, now=time.time() + 3600) > 0
+    store.put(LAST_CHECKPOINT, old_pointer)  # the slow writer's put lands last
+    assert store.exists(txn_log_path(last))
+    assert [parse_seq(n) for n in store.list(TXN_LOG, start_after=seq_name(view))] == [last]
+    stale.log._refreshed = -1e9  # its view is older than the truncation: it lists the log
+    assert stale.log.refresh().seq == last
+    assert stale.log._jumped_at == last
+    assert _values(url) == sorted(f"b{i}" for i in range(47))
+    assert ti.verify(store) == []
 
 
 def test_a_reader_behind_a_truncation_jumps_even_when_the_last_checkpoint_pointer_went_back() -> None:

@@ -410,6 +410,44 @@ def test_local_store_fsyncs_the_folder_entry_of_every_write(tmp_path: Any, monke
     assert str(tmp_path / "lake" / "topics" / "t" / "0" / "data") in synced
 
 
+def test_local_store_fsyncs_each_files_data_before_it_becomes_visible(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A durable folder entry is not enough: after a power loss the name of a log entry (or a segment) must not
+    point at a file whose bytes never reached the disk. Each write's temp file is fsynced before it is linked or
+    renamed to its name."""
+    import stat
+
+    events: list[tuple[str, str]] = []
+    real_fsync, real_link, real_replace = os.fsync, os.link, os.replace
+
+    def fsync(fd: int) -> None:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def link(src: str, dst: str) -> None:
+        events.append(("visible", os.path.realpath(src)))
+        real_link(src, dst)
+
+    def replace(src: str, dst: str) -> None:
+        events.append(("visible", os.path.realpath(src)))
+        real_replace(src, dst)
+
+    store = open_store(str(tmp_path / "lake"))
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "link", link)
+    monkeypatch.setattr(os, "replace", replace)
+    assert store.put_if_absent("_txn/log/x.json", b"1")
+    store.put("topics/t/0/data/y.parquet", b"2")
+    monkeypatch.undo()
+    temps = [path for kind, path in events if kind == "visible"]
+    assert len(temps) == 2, events
+    for temp in temps:
+        assert ("fsync", temp) in events, f"{temp} became visible without an fsync of its data: {events}"
+        assert events.index(("fsync", temp)) < events.index(("visible", temp)), events
+
+
 # -- 8. sweeps report what they did -------------------------------------------------------------------------------
 
 

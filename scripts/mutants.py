@@ -1,0 +1,381 @@
+"""Mutation harness: single-line mutants of the protocol core, each of which the tests must kill.
+
+Each mutant names one line (or part of one) of ``src/`` that a guarantee rests on and a plausible wrong version of
+it. For each: ``src/`` is copied to a temporary folder, the mutant applied there, and the tests that guard it run
+against the copy (``PYTHONPATH`` = the copy and ``tests/``) with the interpreter running this script. A mutant is
+KILLED when a guarding test fails, SURVIVED when they all pass: the tests no longer notice that defect.
+
+Usage (from anywhere; the project's virtual environment's python):
+
+    python scripts/mutants.py            # the guarding tests once unmutated, then every mutant
+    python scripts/mutants.py --list     # the mutants, their files and guarding tests
+    python scripts/mutants.py --only NAME [--only NAME ...]
+
+Exit status: 0 when every mutant selected was killed; 1 when one survived, no longer applies (its original text is
+not found exactly once: the list has rotted and must follow the code), or its tests could not run (a test id that
+no longer exists, a collection error), or the guarding tests fail on the unmutated code; 2 for bad arguments.
+
+Rule: whenever a defect is found in the core, add the mutant that reintroduces it, with the test that now kills it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SRC = ROOT / "src"
+TESTS = ROOT / "tests"
+#: seconds one mutant's tests may run before the mutant is reported as ERROR (a hang is no kill)
+TIMEOUT_S = 300
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One single-line defect: ``original`` (exact text, found exactly once in ``file``) becomes ``replacement``.
+
+    ``file`` is relative to ``src/``; ``tests`` are pytest node ids or files relative to the repository root.
+    """
+
+    name: str
+    file: str
+    original: str
+    replacement: str
+    tests: tuple[str, ...]
+    reason: str
+
+
+_COORD = "tests/test_coordinator.py"
+_NO_LOSS = "tests/test_no_loss.py"
+_STORE = "tests/test_store_contract.py"
+_HISTORY = "tests/test_history.py"
+_MAINT = "tests/test_maintenance.py"
+
+MUTANTS: tuple[Mutant, ...] = (
+    # -- the entry builder (decisions.py) -------------------------------------------------------------------------
+    Mutant(
+        "builder-ignores-epoch", "coordinator/decisions.py",
+        "if meta is None or meta.pid != req.pid or meta.epoch != req.epoch:",
+        "if meta is None or meta.pid != req.pid:",
+        (f"{_COORD}::test_a_fenced_producers_commit_decided_after_its_fence_in_one_entry_is_rejected[memory]",
+         f"{_COORD}::test_a_fenced_producers_abort_intent_decided_after_its_fence_is_rejected[memory]"),
+        "G3: a fenced producer's commit or abort is decided in the entry that fences it"),
+    Mutant(
+        "duplicate-sequence-kept", "coordinator/decisions.py",
+        "if s.seq < want:", "if s.seq < 0:",
+        (f"{_COORD}::test_sequence_numbers_drop_duplicates_and_refuse_gaps[memory]",),
+        "G2: a retried send whose sequence number is committed is published twice"),
+    Mutant(
+        "sequence-gap-accepted", "coordinator/decisions.py",
+        "if s.seq > want:", "if s.seq > want + 1:",
+        (f"{_COORD}::test_sequence_numbers_drop_duplicates_and_refuse_gaps[memory]",),
+        "G2: a lost send (a gap in sequence numbers) is committed over instead of refused"),
+    Mutant(
+        "app-version-replay-commits", "coordinator/decisions.py",
+        "if am is not None and req.version <= am.version:", "if am is not None and req.version < am.version:",
+        (f"{_COORD}::test_two_attempts_at_one_application_version_decided_in_one_entry_commit_once[memory]",),
+        "G2: two attempts at one application version decided in one entry both commit"),
+    Mutant(
+        "reaped-attempt-commits", "coordinator/decisions.py",
+        "(req.version, req.token) in am.reaped and req.tid is None:",
+        "(req.version, req.token) in () and req.tid is None:",
+        (f"{_COORD}::test_an_attempt_reaped_earlier_in_an_entry_cannot_commit_later_in_it[memory]",),
+        "G1: an attempt GC reaped (its files go next) commits later in the same entry"),
+    Mutant(
+        "offsets-from-log-start", "coordinator/decisions.py",
+        "PartAssign(t, p, st.partition(t, p).end, tuple(ms))", "PartAssign(t, p, st.partition(t, p).start, tuple(ms))",
+        (f"{_COORD}::test_commit_publishes_atomically_with_dense_offsets_in_commit_order[memory]",),
+        "G4: a commit's offsets are assigned from the partition's start, reusing committed offsets"),
+    # -- replaying decisions (state.py) ---------------------------------------------------------------------------
+    Mutant(
+        "offsets-not-advanced", "coordinator/state.py",
+        "replace(pm, end=part.base + part.rows)", "replace(pm, end=part.base)",
+        (f"{_COORD}::test_commit_publishes_atomically_with_dense_offsets_in_commit_order[memory]",),
+        "G4: a commit's rows do not move the partition's end, so the next commit reuses their offsets"),
+    Mutant(
+        "fencing-abort-keeps-epoch", "coordinator/state.py",
+        "replace(meta, epoch=meta.epoch + 1, state=TxnState.COMPLETE_ABORT,",
+        "replace(meta, epoch=meta.epoch, state=TxnState.COMPLETE_ABORT,",
+        (f"{_COORD}::test_timeout_sweep_aborts_with_epoch_bump_even_with_skewed_clocks[memory]",),
+        "G3: the timeout sweep's abort does not fence the producer, which commits on as a zombie"),
+    # -- the commit point (groupcommit.py) --------------------------------------------------------------------------
+    Mutant(
+        "lost-race-taken-as-won", "coordinator/groupcommit.py",
+        "if not self.store.put_if_absent(txn_log_path(seq), entry.to_bytes()):",
+        "if self.store.put_if_absent(txn_log_path(seq), entry.to_bytes()) is None:",
+        (f"{_COORD}::test_commit_publishes_atomically_with_dense_offsets_in_commit_order[memory]",),
+        "G1: a writer whose entry lost the race to another writer's takes its decisions as made"),
+    # -- the transaction log (txnlog.py) ---------------------------------------------------------------------------
+    Mutant(
+        "truncation-deletes-kept-entry", "coordinator/txnlog.py",
+        "if n is not None and n < keep:", "if n is not None and n <= keep:",
+        (f"{_HISTORY}::test_log_truncation_keeps_the_entry_its_checkpoint_ends_at_for_stale_views",),
+        "G1: a stale view of a quiet truncated log lists nothing and reuses a deleted entry's number"),
+    Mutant(
+        "stale-view-applies-across-gap", "coordinator/txnlog.py",
+        "broken = seqs[0] != self.state.seq + 1 or", "broken = False or",
+        (f"{_HISTORY}::test_a_reader_behind_a_truncation_jumps_even_when_the_last_checkpoint_pointer_went_back",),
+        "a view older than a truncation applies the entries after the gap instead of jumping to the checkpoint"),
+    # -- stores ---------------------------------------------------------------------------------------------------
+    Mutant(
+        "memory-put-if-absent-overwrites", "coordinator/backends/memory.py",
+        "if path in self._objects:", "if False:",
+        (f"{_STORE}::test_put_if_absent_creates_once[memory]",),
+        "every commit point: a conditional create that overwrites another writer's object"),
+    Mutant(
+        "local-lost-race-wins", "coordinator/backends/local.py",
+        "return self._read_back_equal(path, data)", "return True",
+        (f"{_STORE}::test_put_if_absent_creates_once[local]",),
+        "every commit point: a writer that lost the race to create an object is told it won"),
+    Mutant(
+        "local-data-not-fsynced", "coordinator/backends/local.py",
+        "os.fsync(fh.fileno())", "pass",
+        (f"{_NO_LOSS}::test_local_store_fsyncs_each_files_data_before_it_becomes_visible",),
+        "G5: after a power loss a committed entry's name can point at data that never reached the disk"),
+    Mutant(
+        "local-folder-not-fsynced", "coordinator/backends/local.py",
+        "        os.fsync(fd)\n", "        pass\n",
+        (f"{_NO_LOSS}::test_local_store_fsyncs_the_folder_entry_of_every_write",),
+        "G5: after a power loss a committed entry's name (the link) can be gone"),
+    Mutant(
+        "s3-unconditional-create", "coordinator/backends/s3.py",
+        'Body=body, IfNoneMatch="*")', "Body=body)",
+        (f"{_STORE}::test_put_if_absent_creates_once[s3]",),
+        "every commit point: S3's create without If-None-Match overwrites another writer's entry"),
+    # -- reading --------------------------------------------------------------------------------------------------
+    Mutant(
+        "uncommitted-read-repeats-committed", "coordinator/reader.py",
+        'if f"{ddir}/{n}" not in published]', "]",
+        (f"{_COORD}::test_hung_transaction_does_not_block_later_commits[memory]",),
+        "read_uncommitted returns committed records a second time, as if staged by an open transaction"),
+    # -- maintenance ----------------------------------------------------------------------------------------------
+    Mutant(
+        "gc-deletes-open-transaction", "coordinator/maintenance/gc.py",
+        "(meta.epoch == ref.epoch and ref.n <= meta.last_txn)",
+        "(meta.epoch == ref.epoch and ref.n <= meta.last_txn + 1)",
+        (f"{_MAINT}::test_gc_deletes_only_unreferenced_files_past_the_grace_period[memory]",),
+        "G1: GC deletes the staged files of a producer's open transaction, which then commits onto nothing"),
+    Mutant(
+        "gc-deletes-without-reaping", "coordinator/maintenance/gc.py",
+        "elif not dry_run and coord.abort_app(ref.app, ref.version, ref.token, reason=\"reaped by GC\"):",
+        "elif not dry_run:",
+        (f"{_NO_LOSS}::test_gc_reaps_an_abandoned_stream_attempt_before_deleting_it[memory]",),
+        "G1: GC deletes an application attempt's staged files without making the attempt uncommittable"),
+)
+
+
+@dataclass(frozen=True)
+class Result:
+    """What became of one mutant: KILLED, SURVIVED or ERROR (``detail`` says which test killed it, or why)."""
+
+    mutant: Mutant
+    status: str
+    seconds: float
+    detail: str
+    output: str = ""
+
+
+class MutantError(Exception):
+    """A mutant that cannot be applied (its original text is not found exactly once)."""
+
+
+def mutated(mutant: Mutant, text: str) -> str:
+    """``text`` (the contents of ``mutant.file``) with ``mutant`` applied.
+
+    Raises:
+        MutantError: the original text is not found exactly once, or the mutated file does not compile.
+    """
+    count = text.count(mutant.original)
+    if count != 1:
+        raise MutantError(f"mutant {mutant.name}: {mutant.original!r} occurs {count} times in src/{mutant.file}, "
+                          "expected exactly once (the code changed: update the mutant)")
+    out = text.replace(mutant.original, mutant.replacement)
+    try:
+        compile(out, f"src/{mutant.file}", "exec")
+    except SyntaxError as exc:
+        raise MutantError(f"mutant {mutant.name}: src/{mutant.file} does not compile once mutated: {exc}") from exc
+    return out
+
+
+def apply(mutant: Mutant, src: Path) -> None:
+    """Apply ``mutant`` to the copy of ``src/`` at ``src``.
+
+    Raises:
+        MutantError: the file is missing, or see :func:`mutated`.
+    """
+    path = src / mutant.file
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise MutantError(f"mutant {mutant.name}: file src/{mutant.file} does not exist") from None
+    path.write_text(mutated(mutant, text))
+
+
+def check_all(mutants: tuple[Mutant, ...]) -> list[str]:
+    """Why each mutant of ``mutants`` that no longer applies to ``src/`` does not (nothing is written)."""
+    problems = []
+    for m in mutants:
+        try:
+            mutated(m, (SRC / m.file).read_text())
+        except FileNotFoundError:
+            problems.append(f"mutant {m.name}: file src/{m.file} does not exist")
+        except MutantError as exc:
+            problems.append(str(exc))
+    return problems
+
+
+def copy_src(dest: Path) -> Path:
+    """A copy of ``src/`` (without byte code) under ``dest``; returns its path."""
+    out = dest / "src"
+    shutil.copytree(SRC, out, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
+    return out
+
+
+def _env(src: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(src), str(TESTS)])
+    env.pop("PYTEST_ADDOPTS", None)
+    return env
+
+
+def imported_from(src: Path) -> str | None:
+    """None when a test process imports the core from the copy at ``src``; else where it imports it from (an
+    installed copy would hide every mutant)."""
+    got = subprocess.run([sys.executable, "-c", "import coordinator; print(coordinator.__file__)"], cwd=ROOT,
+                         env=_env(src), capture_output=True, text=True, check=False)
+    where = got.stdout.strip()
+    if got.returncode == 0 and Path(where).resolve().is_relative_to(src.resolve()):
+        return None
+    return f"a test process imports coordinator from {where or got.stderr.strip()!r}, not from the copy {src}"
+
+
+def run_tests(src: Path, tests: tuple[str, ...], timeout: float) -> tuple[int | None, str]:
+    """Run ``tests`` against the copy at ``src``; returns (pytest's exit code, None on timeout; its output)."""
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-ra", "-p", "no:cacheprovider", *tests]
+    try:
+        got = subprocess.run(cmd, cwd=ROOT, env=_env(src), capture_output=True, text=True, timeout=timeout,
+                             check=False)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout if isinstance(exc.stdout, str) else (exc.stdout or b"").decode(errors="replace")
+        return None, out
+    return got.returncode, got.stdout + got.stderr
+
+
+_FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.MULTILINE)
+
+
+def judge(mutant: Mutant, timeout: float) -> Result:
+    """Apply ``mutant`` to a fresh copy of ``src/`` and run its guarding tests."""
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.name}-") as tmp:
+        src = copy_src(Path(tmp))
+        try:
+            apply(mutant, src)
+        except MutantError as exc:
+            return Result(mutant, "ERROR", time.monotonic() - started, str(exc))
+        code, out = run_tests(src, mutant.tests, timeout)
+    took = time.monotonic() - started
+    if code is None:
+        return Result(mutant, "ERROR", took, f"tests still running after {timeout:.0f} s", out)
+    if code == 0:
+        return Result(mutant, "SURVIVED", took, "every guarding test passed", out)
+    if code == 1:
+        failed = _FAILED.search(out)
+        return Result(mutant, "KILLED", took, failed.group(1) if failed else "a test failed", out)
+    return Result(mutant, "ERROR", took, f"pytest exit code {code} (a test id gone, or collection failed)", out)
+
+
+def baseline(mutants: tuple[Mutant, ...], timeout: float) -> str | None:
+    """Run the guarding tests of ``mutants`` on an unmutated copy of ``src/`` (a kill by a test that fails anyway
+    means nothing); None when they pass, else what went wrong."""
+    tests = tuple(dict.fromkeys(t for m in mutants for t in m.tests))
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="mutant-baseline-") as tmp:
+        code, out = run_tests(copy_src(Path(tmp)), tests, timeout)
+    if code != 0:
+        return f"the guarding tests fail on the unmutated code (pytest exit code {code}):\n{_tail(out)}"
+    print(f"baseline: {len(tests)} guarding tests pass on the unmutated code ({time.monotonic() - started:.1f} s)")
+    return None
+
+
+def _tail(text: str, lines: int = 30) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def print_list(mutants: tuple[Mutant, ...]) -> None:
+    for m in mutants:
+        print(f"{m.name}  (src/{m.file})\n    {m.original!r}\n -> {m.replacement!r}\n    why: {m.reason}")
+        for t in m.tests:
+            print(f"    guard: {t}")
+
+
+def print_table(results: list[Result]) -> None:
+    width = max(len("mutant"), *(len(r.mutant.name) for r in results))
+    fwidth = max(len("file"), *(len(r.mutant.file) for r in results))
+    print(f"{'mutant':<{width}}  {'file':<{fwidth}}  {'result':<8}  {'s':>6}  detail")
+    for r in results:
+        print(f"{r.mutant.name:<{width}}  {r.mutant.file:<{fwidth}}  {r.status:<8}  {r.seconds:6.1f}  {r.detail}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", action="append", metavar="NAME", help="run only this mutant (repeatable)")
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument("--no-baseline", action="store_true",
+                        help="skip running the guarding tests on the unmutated code first")
+    parser.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per mutant (default %(default)s)")
+    args = parser.parse_args(argv)
+    names = [m.name for m in MUTANTS]
+    if len(set(names)) != len(names):
+        print("mutant names are not unique", file=sys.stderr)
+        return 1
+    chosen = MUTANTS
+    if args.only:
+        unknown = sorted(set(args.only) - set(names))
+        if unknown:
+            print(f"unknown mutant(s) {', '.join(unknown)}; known: {', '.join(names)}", file=sys.stderr)
+            return 2
+        chosen = tuple(m for m in MUTANTS if m.name in args.only)
+    if args.list:
+        print_list(chosen)
+        return 0
+    problems = check_all(chosen)
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
+        return 1
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="mutant-import-") as tmp:
+        elsewhere = imported_from(copy_src(Path(tmp)))
+    if elsewhere is not None:
+        print(elsewhere, file=sys.stderr)
+        return 1
+    if not args.no_baseline:
+        failed = baseline(chosen, args.timeout)
+        if failed is not None:
+            print(f"baseline: {failed}", file=sys.stderr)
+            return 1
+    results = []
+    for m in chosen:
+        r = judge(m, args.timeout)
+        print(f"{r.status:<8} {m.name} ({r.seconds:.1f} s)", flush=True)
+        if r.status != "KILLED" and r.output:
+            print(_tail(r.output), flush=True)
+        results.append(r)
+    print()
+    print_table(results)
+    bad = [r for r in results if r.status != "KILLED"]
+    print(f"\n{len(results) - len(bad)} of {len(results)} mutants killed in {time.monotonic() - started:.1f} s"
+          + (f"; not killed: {', '.join(r.mutant.name for r in bad)}" if bad else ""))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
