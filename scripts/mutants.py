@@ -58,6 +58,7 @@ _NO_LOSS = "tests/test_no_loss.py"
 _STORE = "tests/test_store_contract.py"
 _HISTORY = "tests/test_history.py"
 _MAINT = "tests/test_maintenance.py"
+_TIMING = "tests/test_timing_safety.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     # -- the entry builder (decisions.py) -------------------------------------------------------------------------
@@ -120,10 +121,46 @@ MUTANTS: tuple[Mutant, ...] = (
         (f"{_HISTORY}::test_log_truncation_keeps_the_entry_its_checkpoint_ends_at_for_stale_views",),
         "G1: a stale view of a quiet truncated log lists nothing and reuses a deleted entry's number"),
     Mutant(
-        "stale-view-applies-across-gap", "coordinator/txnlog.py",
-        "broken = seqs[0] != self.state.seq + 1 or", "broken = False or",
-        (f"{_HISTORY}::test_a_reader_behind_a_truncation_jumps_even_when_the_last_checkpoint_pointer_went_back",),
-        "a view older than a truncation applies the entries after the gap instead of jumping to the checkpoint"),
+        "stale-view-applies-unlinked-entry", "coordinator/txnlog.py",
+        "if entry is None or not self._links(entry):", "if entry is None:",
+        (f"{_TIMING}::test_a_reader_whose_view_a_truncation_passed_by_never_takes_ghosts_for_the_log",),
+        "a view older than a truncation applies entries that do not follow on from it (ghosts filling the freed "
+        "numbers, or the entries after a gap) instead of jumping to the checkpoint"),
+    Mutant(
+        "created-entry-taken-unproven", "coordinator/logproof.py",
+        "            verdict = self._verdict(entry)\n        except StoreError as exc:\n            raise Commit",
+        "            verdict = True\n        except StoreError as exc:\n            raise Commit",
+        (f"{_TIMING}::test_a_producer_paused_inside_a_read_of_the_log_never_writes_under_a_freed_number",
+         f"{_TIMING}::test_a_ghost_linked_by_the_local_store_after_a_pause_is_not_accepted"),
+        "G5: an entry created under a number a truncation freed is acknowledged; no reader ever sees it"),
+    Mutant(
+        "checkpoint-window-trusted", "coordinator/logproof.py",
+        "return tok == entry.writer", "return True",
+        (f"{_TIMING}::test_a_committer_paused_inside_its_entry_write_is_never_acknowledged_for_a_ghost",),
+        "G5: a checkpoint that names another token for the entry's number is taken to prove a ghost"),
+    Mutant(
+        "reader-ignores-links", "coordinator/logproof.py",
+        "return not entry.prev or tok is None or entry.prev == tok", "return True",
+        (f"{_TIMING}::test_a_reader_whose_view_a_truncation_passed_by_never_takes_ghosts_for_the_log",),
+        "G1: a reader whose view a truncation passed by applies ghosts that fill the freed numbers"),
+    Mutant(
+        "fenced-epoch-answered-fenced", "coordinator/decisions.py",
+        'if req.n > last or (req.n == last and how == "fenced"):', "if True:",
+        (f"{_TIMING}::test_a_fenced_answer_is_given_only_when_the_log_proves_the_transaction_was_not_committed",),
+        "G5: a transaction committed before its epoch was fenced is answered fenced, and its files deleted"),
+    Mutant(
+        "fenced-epochs-forgotten", "coordinator/state.py",
+        "return next(((n, o) for e, n, o in self.fenced if e == epoch), (-1, None))", "return None",
+        (f"{_TIMING}::test_a_zombie_many_epochs_behind_is_told_fenced_from_the_state_alone",
+         f"{_TIMING}::test_a_fenced_answer_is_given_only_when_the_log_proves_the_transaction_was_not_committed"),
+        "G3: a zombie of a fenced epoch is answered unknown, or fenced for a transaction that committed"),
+    Mutant(
+        "sink-commit-deletes-on-fenced", "txnsink/batch.py",
+        "result = coord.commit(self.ident, self.txn, segs, app=app, end_producer=self.ephemeral)",
+        "result = coord.commit(self.ident, self.txn, segs, app=app, end_producer=self.ephemeral) if "
+        "delete_segments(coord.store, segs) >= 0 else None",
+        (f"{_TIMING}::test_a_fenced_answer_is_given_only_when_the_log_proves_the_transaction_was_not_committed",),
+        "G5: the batch sink deletes the staged files before its commit is decided"),
     # -- stores ---------------------------------------------------------------------------------------------------
     Mutant(
         "memory-put-if-absent-overwrites", "coordinator/backends/memory.py",
