@@ -51,7 +51,7 @@ from __future__ import annotations
 import logging
 import uuid
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -422,7 +422,7 @@ def _native(df: DataFrame, path: str, options: Mapping[str, str], mode: str) -> 
         _remove_folder(store, staging_folder(tag))
 
 
-def _counted(frame: DataFrame, tag: str) -> tuple[DataFrame, Any]:
+def _counted(frame: DataFrame, tag: str) -> tuple[DataFrame, Callable[[], int]]:
     """``frame`` observed (Spark's ``Observation``) counting its rows as Spark's tasks write them, and a function
     returning that count once the write has run (the successful tasks' counts, each taken once)."""
     from pyspark.sql import Observation
