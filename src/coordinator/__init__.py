@@ -17,6 +17,7 @@ from coordinator.errors import (
     ConcurrentCommitError,
     CorruptLogError,
     GroupNotFoundError,
+    IncompleteWriteError,
     InvalidNameError,
     InvalidOptionError,
     InvalidProducerEpochError,
@@ -45,8 +46,8 @@ from coordinator.topics import TopicMeta, add_partitions, conform, create_topic,
 
 __all__ = [
     "AlreadyCommittedError", "ClientClosedError", "CommitResult", "CommitStateUnknownError", "ConcurrentCommitError",
-    "Consumer", "CorruptLogError", "GroupNotFoundError", "IndexedSegment", "InvalidNameError", "InvalidOptionError",
-    "InvalidProducerEpochError",
+    "Consumer", "CorruptLogError", "GroupNotFoundError", "IncompleteWriteError", "IndexedSegment", "InvalidNameError",
+    "InvalidOptionError", "InvalidProducerEpochError",
     "InvalidTxnStateError", "LocalStore", "METADATA_FIELDS", "METADATA_NAMES", "MemoryStore",
     "NoStoreError", "OffsetOutOfRangeError", "OutOfOrderSequenceError", "PartitionLog", "Producer", "ProducerConfig",
     "ProducerFencedError", "ProducerIdentity", "SchemaMismatchError", "SegmentRef", "SegmentSlice", "Snapshot",

@@ -8,8 +8,10 @@ Rejections are final (epochs, transaction numbers and app versions only grow), s
 gets the same answer.
 
 Commit, abort and init requests can wait as *intents* (``_txn/intents/<id>.json``) for another process's entry to
-decide them (group commit). Their ids tell from the name alone whether the state has decided them already
-(:func:`decided_by_name`), so a leftover intent is never read again.
+decide them (group commit). Commit and abort ids tell from the name alone whether the state has decided them
+already (:func:`decided_by_name`), so a leftover one is never read again. An init request names the producer it
+expects to replace (``prev``, or none), which its decision replaces for good: a leftover one is read and refused as
+``stale`` (once: the writer that refuses it deletes it), never decided twice.
 
 :func:`outcome` tells a requester what became of its request, from the items it saw or from the state.
 """
@@ -100,7 +102,11 @@ class TxnRequest(Request):
 @dataclass(frozen=True)
 class InitRequest(Request):
     """Give ``tid`` a new epoch (a new producer id if it has none), provided its current ``(pid, epoch)`` is still
-    ``prev`` (None: unknown to the requester, which then accepts whatever is current)."""
+    ``prev`` (None: it has no producer). Deciding the request moves ``tid`` off ``prev`` for good (pids are never
+    reused, epochs only grow), so a request decided once is refused as ``stale`` if it is decided again, by a
+    process that did not read the entry that decided it (a leftover intent read by a process that opened the log
+    from a later checkpoint). Only a producer removed since (expired, or an ephemeral one ended) takes ``tid``
+    back to no producer; such a leftover request then registers an unused producer, fencing nobody."""
 
     tid: str = ""
     prev: tuple[int, int] | None = None
@@ -232,8 +238,9 @@ def _decide_init(req: InitRequest, st: CoordinatorState) -> Item | None:
     if meta is not None and meta.init_request == req.id:
         return None
     cur = None if meta is None else (meta.pid, meta.epoch)
-    if req.prev is not None and req.prev != cur:
-        return _reject(req, "", "stale", f"transactional id {req.tid!r} moved on from {req.prev} to {cur}")
+    if req.prev != cur:
+        return _reject(req, "", "stale", f"transactional id {req.tid!r} moved on from "
+                                         f"{'no producer' if req.prev is None else req.prev} to {cur}")
     try:
         walk(TxnState.DEAD if meta is None else meta.state, (TxnState.EMPTY,))
     except ValueError as exc:

@@ -90,3 +90,8 @@ class ClientClosedError(TxnLogError):
 
 class GroupNotFoundError(TxnLogError):
     """The named consumer group has no committed offsets in the store."""
+
+
+class IncompleteWriteError(TxnLogError):
+    """A native write's files do not hold the rows its Spark tasks reported writing (some were deleted under the
+    running write): nothing was published."""

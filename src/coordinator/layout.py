@@ -11,6 +11,8 @@ topics/<topic>/meta/<version:08d>.json        topic definition (schema, partitio
 topics/<topic>/<p>/log/<idx:020d>.json        partition records (derived from log entries, dense from 0)
 topics/<topic>/<p>/checkpoint/<idx:020d>.json partition index as of record <idx>
 topics/<topic>/<p>/data/<name>                segment files (unique names, plain puts, invisible until named)
+_native-staging/<write id>/out/...            Spark's output of a running native write (moved out by its driver)
+_native-staging/<write id>/_lease.json        that write's lease, renewed while it runs (GC leaves the folder)
 ```
 """
 
@@ -31,9 +33,12 @@ TXN_INTENTS = "_txn/intents"
 TXN_OPEN = "_txn/open"
 FORMAT_PATH = "_txn/format.json"
 TOPICS = "topics"
-#: Parquet files Spark writes for a native batch write (txnsink.write) before they are moved into data folders;
-#: never read; GC deletes folders whose files are all older than its grace period.
+#: Parquet files Spark writes for a native batch write (txnsink.write) before they are moved into data folders
+#: (``<write id>/out/``); never read; GC deletes folders whose files are all older than its grace period, unless
+#: their lease is younger than ``coordinator.maintenance.common.NATIVE_LEASE_MS``.
 NATIVE_STAGING = "_native-staging"
+#: The lease a running native write keeps renewing in its staging folder (``<write id>/_lease.json``).
+NATIVE_LEASE = "_lease.json"
 
 
 def check_name(kind: str, name: object) -> str:

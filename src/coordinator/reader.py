@@ -16,8 +16,9 @@ import numpy as np
 import pyarrow as pa
 
 from coordinator.errors import InvalidOptionError
-from coordinator.layout import data_dir
+from coordinator.layout import data_dir, txn_of_file
 from coordinator.partition import PartitionLog, SegmentSlice
+from coordinator.records import parse_txn_id
 from coordinator.segments import PRODUCER_TS, decode_rows, stream_rows
 from coordinator.store import Store
 
@@ -139,12 +140,21 @@ def read_range(
     yield from read_slices(store, plog.topic, plog.partition, plog.slices(start, end), schema, **kw)  # type: ignore[arg-type]
 
 
+def staged_file(path: str) -> bool:
+    """Whether the file at ``path`` can hold records a transaction staged: its name starts with a transaction id
+    (a producer's or an application attempt's). A compaction's merged output (``r.<id>~merged``, published or not:
+    its rows are committed ones under their offsets) and any file txnlog did not stage never can."""
+    txn = txn_of_file(path.rsplit("/", 1)[-1])
+    return txn is not None and parse_txn_id(txn) is not None
+
+
 def uncommitted_paths(store: Store, plog: PartitionLog) -> list[str]:
     """Staged segment files of a partition that no commit marker names (open, aborted or undecided); segments
-    replaced by compaction or expired by retention are not staged data and are left out."""
+    replaced by compaction or expired by retention, and files that are not a transaction's (a compaction's merged
+    output: see :func:`staged_file`), are not staged data and are left out."""
     published = {s.path for s in plog.segments} | set(plog.retired)
     ddir = data_dir(plog.topic, plog.partition)
-    return [f"{ddir}/{n}" for n in store.list(ddir) if f"{ddir}/{n}" not in published]
+    return [path for n in store.list(ddir) if (path := f"{ddir}/{n}") not in published and staged_file(path)]
 
 
 def read_uncommitted(

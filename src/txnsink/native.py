@@ -8,7 +8,9 @@ microseconds, row groups of :data:`coordinator.segments.ROW_GROUP_ROWS` rows) th
 ``SegmentParquetFormat`` (Spark's format on Spark Connect): each file's dictionary encoding is chosen once per
 column from its first rows, and on a local store each task syncs and describes its files (rows, size, CRC-32).
 The driver then takes each file's description (or reads the file), moves it into its partition's data folder under
-a name starting with the transaction id, and commits them all as one transaction (:mod:`txnsink.publish`).
+a name starting with the transaction id, and commits them all as one transaction (:mod:`txnsink.publish`), only if
+they hold exactly the rows Spark's tasks reported writing (counted by an observation of the written DataFrame,
+returned with the tasks' results): files deleted under the running write fail it, never publish part of it.
 Placement is the data source's:
 
 * without a key, Spark task ``i``'s files go to partition ``(r + i) % partitions`` for a random ``r`` per write;
@@ -30,7 +32,8 @@ once.
 A failure before the commit is decided aborts the transaction through the log and deletes the files (nothing was
 visible); a commit whose outcome is unknown keeps them for GC. A driver that dies while Spark writes leaves the
 staging folder ``_native-staging/<write id>`` (outside every topic; never read), which GC (``txnlog gc``, the
-daemon, ``maintain``) deletes once all its files are older than the grace period.
+daemon, ``maintain``) deletes once all its files are older than the grace period and the lease the running driver
+kept renewing there has lapsed (:class:`~txnsink.publish.StagingLease`).
 
 The native path applies when Spark's file system reaches the store (a local folder or ``file:`` URL; ``s3://``
 through ``s3a://`` only with ``hadoop-aws`` on Spark's classpath), the topic is named (no ``topic`` or
@@ -48,22 +51,34 @@ from __future__ import annotations
 import logging
 import uuid
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from coordinator import InvalidOptionError, TransactionCoordinator
 from coordinator.segments import PRODUCER_TS, ROW_GROUP_ROWS, now_us
 from txnsink.options import WRITE_PATHS
-from txnsink.publish import PARTITION_COLUMN, abort_native, move_files, moved, spark_files, staging_folder
+from txnsink.publish import (
+    PARTITION_COLUMN,
+    StagingLease,
+    abort_native,
+    check_complete,
+    move_files,
+    moved,
+    output_folder,
+    spark_files,
+    staging_folder,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from coordinator import Store, TopicMeta
+    from txnsink.options import SinkOptions
     from txnsink.plan import WritePlan
+    from txnsink.publish import SparkFile
 
-__all__ = ["KEYED_REASON", "NativeUnavailable", "WriteResult", "spark_url", "write", "write_options"]
+__all__ = ["KEYED_REASON", "NativeUnavailable", "WriteResult", "publish_files", "spark_url", "write", "write_options"]
 
 log = logging.getLogger(__name__)
 
@@ -381,7 +396,7 @@ def _native(df: DataFrame, path: str, options: Mapping[str, str], mode: str) -> 
     check_types(meta)
     url = spark_url(plan.url)
     if _already_committed(store, plan):
-        _skipped(plan)
+        _skipped(plan.options)
         return WriteResult("native", skipped=True, rows=0, segments=0)
     key = [plan.renames.get(c, c) for c in plan.options.partition_key]
     frame = conformed(df, plan, meta)
@@ -394,27 +409,49 @@ def _native(df: DataFrame, path: str, options: Mapping[str, str], mode: str) -> 
     if key:
         frame = fewer_tasks(frame, plan.options.keyed_task_bytes)
     tag = uuid.uuid4().hex[:16]
-    folder = staging_folder(tag)
+    out = output_folder(tag)
     ptime = None if plan.timestamp_column is not None else now_us()
+    frame, counted = _counted(frame, tag)
     try:
-        _spark_write(frame, f"{url}/{folder}", bool(key), hadoop_options(plan), ordinals, meta.partitions,
-                     describe=local_path(store.url) is not None)
-        files = spark_files(store, folder, meta.partitions, plan.rotation, bool(key))
-        return _publish(store, plan, meta, tag, files, ptime)
+        with StagingLease(store, tag):
+            _spark_write(frame, f"{url}/{out}", bool(key), hadoop_options(plan), ordinals, meta.partitions,
+                         describe=local_path(store.url) is not None)
+            files = spark_files(store, out, meta.partitions, plan.rotation, bool(key))
+            return publish_files(store, plan.options, meta, tag, files, ptime, counted())
     finally:
-        _remove_folder(store, folder)
+        _remove_folder(store, staging_folder(tag))
 
 
-def _skipped(plan: WritePlan) -> None:
+def _counted(frame: DataFrame, tag: str) -> tuple[DataFrame, Callable[[], int]]:
+    """``frame`` observed (Spark's ``Observation``) counting its rows as Spark's tasks write them, and a function
+    returning that count once the write has run (the successful tasks' counts, each taken once)."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F  # noqa: N812 - Spark's convention
+
+    seen = Observation(f"txnlog-native-{tag}")
+    observed = frame.observe(seen, F.count(F.lit(1)).alias("rows"))
+    return observed, lambda: int(seen.get["rows"])
+
+
+def _skipped(opts: SinkOptions) -> None:
     log.warning("txnlog write skipped: version %s of txnAppId %r was already committed; nothing published",
-                plan.options.txn_version, plan.options.txn_app_id)
+                opts.txn_version, opts.txn_app_id)
 
 
-def _publish(store: Store, plan: WritePlan, meta: TopicMeta, tag: str, files: Sequence[Any],
-             ptime: int | None) -> WriteResult:
+def publish_files(store: Store, opts: SinkOptions, meta: TopicMeta, tag: str, files: Sequence[SparkFile],
+                  ptime: int | None, reported_rows: int) -> WriteResult:
+    """The driver's publish step: move the Parquet ``files`` Spark left in write ``tag``'s output folder into the
+    topic's data folders and commit them as one transaction, provided they hold the ``reported_rows`` rows Spark's
+    tasks reported writing; otherwise abort it (nothing published, the moved files deleted).
+
+    Raises:
+        IncompleteWriteError: the files hold other than ``reported_rows`` rows (some were deleted under the write).
+        ProducerFencedError: a newer writer with the same ``transactionalId`` initialised meanwhile.
+        CommitStateUnknownError: the commit's outcome could not be learned (the files stay for GC).
+        StoreError, OSError: the store failed (the transaction is aborted).
+    """
     from coordinator import CommitStateUnknownError, faults
 
-    opts = plan.options
     ephemeral = opts.transactional_id is None
     tid = opts.transactional_id or f"spark-native-{uuid.uuid4().hex}"
     coord = TransactionCoordinator(store)
@@ -427,6 +464,7 @@ def _publish(store: Store, plan: WritePlan, meta: TopicMeta, tag: str, files: Se
     segs: list[Any] = []
     try:
         segs = move_files(store, meta.name, txn, tag, files, ptime)
+        check_complete(segs, reported_rows, staging_folder(tag))
         faults.point("native.before_commit")
         result = coord.commit(ident, txn, segs, app=app, end_producer=ephemeral)
     except CommitStateUnknownError:
@@ -436,7 +474,7 @@ def _publish(store: Store, plan: WritePlan, meta: TopicMeta, tag: str, files: Se
         raise
     coord.close_transaction(txn)
     if result.already_committed:
-        _skipped(plan)
+        _skipped(opts)
         for s in segs:
             store.delete(s.path)
         return WriteResult("native", txn=txn, rows=0, segments=0, skipped=True)

@@ -1,6 +1,11 @@
 """Driver side of the native write path (:mod:`txnsink.native`): turn the Parquet files Spark wrote into a staging
 folder into segments of the topic's partitions, and publish them with one transaction.
 
+While the write runs, its driver keeps a lease in the staging folder (:class:`StagingLease`), so store-wide GC
+leaves the folder alone. The lease only spares work: the commit publishes the files only if they hold exactly the
+rows Spark's tasks reported writing (:func:`check_complete`), so files deleted under the write anyway (a driver
+paused past its lease, a store clock jumping) fail the write instead of publishing part of it.
+
 Each file's row count, size and CRC-32 (for the segment index) come from the description the task that wrote it
 left beside it (``<file>.txnlog.json``, written once the task synced the file: the jar's ``FileDescription``, on
 a local store), else from reading the file once on the driver (and syncing it there). Each file is then moved into
@@ -15,30 +20,39 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import re
+import threading
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import TracebackType
 
 import pyarrow.parquet as pq
 
 from coordinator import (
     AlreadyCommittedError,
+    IncompleteWriteError,
     InvalidTxnStateError,
     ProducerFencedError,
     ProducerIdentity,
     SegmentRef,
     Store,
+    StoreError,
     TransactionCoordinator,
     TxnLogError,
     faults,
 )
 from coordinator.backends.local import fsync_dir, make_folder
-from coordinator.layout import NATIVE_STAGING, data_path, segment_name
+from coordinator.layout import NATIVE_LEASE, NATIVE_STAGING, data_path, segment_name
+from coordinator.maintenance.common import NATIVE_LEASE_MS
 from coordinator.store_factory import local_path
 
-__all__ = ["SparkFile", "abort_native", "move_files", "spark_files", "staging_folder"]
+__all__ = ["LEASE_RENEW_S", "SparkFile", "StagingLease", "abort_native", "check_complete", "move_files",
+           "output_folder", "spark_files", "staging_folder"]
+
+log = logging.getLogger(__name__)
 
 #: Folder (under the store root) of the Parquet files Spark writes before they are moved into data folders.
 STAGING = NATIVE_STAGING
@@ -46,6 +60,8 @@ STAGING = NATIVE_STAGING
 PARTITION_COLUMN = "__txnlog_partition"
 #: The name suffix of a file's description written by the task that wrote the file (the jar's ``FileDescription``).
 DESCRIPTION = ".txnlog.json"
+#: How often a running write renews its lease: GC leaves its folder for NATIVE_LEASE_MS after the last renewal.
+LEASE_RENEW_S = NATIVE_LEASE_MS / 1000 / 20
 
 _PART = re.compile(r"^part-(\d+)-.*?(?:-c(\d+))?(?:\.[a-z0-9]+)*\.parquet$")
 
@@ -72,8 +88,73 @@ class SparkFile:
 
 
 def staging_folder(tag: str) -> str:
-    """The staging folder (relative to the store root) of one native write."""
+    """The staging folder (relative to the store root) of one native write: its lease and Spark's output."""
     return f"{STAGING}/{tag}"
+
+
+def output_folder(tag: str) -> str:
+    """The folder (relative to the store root) Spark writes one native write's files into."""
+    return f"{STAGING}/{tag}/out"
+
+
+class StagingLease:
+    """A running native write's claim on its staging folder: ``_native-staging/<write id>/_lease.json``, put on
+    entering and again every ``renew_s`` seconds by a background thread until exit. Store-wide GC leaves a folder
+    whose lease is younger than ``NATIVE_LEASE_MS`` on the store's clock (:func:`~coordinator.maintenance.gc.
+    sweep_native_staging`). Liveness only: whether the files survived is the commit's check
+    (:func:`check_complete`), never the lease's.
+
+    Raises:
+        StoreError: (on entering) the first put failed; a failed renewal is only logged.
+    """
+
+    def __init__(self, store: Store, tag: str, renew_s: float = LEASE_RENEW_S) -> None:
+        self.store = store
+        self.path = f"{staging_folder(tag)}/{NATIVE_LEASE}"
+        self.renew_s = renew_s
+        self.renewals = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _put(self) -> None:
+        self.store.put(self.path, json.dumps({"renewals": self.renewals}).encode())
+        self.renewals += 1
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.renew_s):
+            try:
+                self._put()
+            except (StoreError, OSError) as exc:
+                log.warning("could not renew native write lease %s: %s (GC may delete the write's files; its "
+                            "commit then fails)", self.path, exc)
+
+    def __enter__(self) -> StagingLease:
+        self._put()
+        self._thread = threading.Thread(target=self._run, name="txnlog-native-lease", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+
+def check_complete(segs: Sequence[SegmentRef], reported_rows: int, folder: str) -> None:
+    """Check that the files a native write is about to publish hold exactly the rows its Spark tasks reported
+    writing (Spark's own count, returned to the driver with the tasks' results, so independent of the store).
+
+    Raises:
+        IncompleteWriteError: they hold fewer (or more) rows, naming the staging ``folder``: files were deleted
+            under the running write (store-wide GC of ``_native-staging/`` while its lease had lapsed).
+    """
+    found = sum(s.rows for s in segs)
+    if found != reported_rows:
+        raise IncompleteWriteError(
+            f"native write {folder}: Spark's tasks reported writing {reported_rows} rows, but the {len(segs)} files "
+            f"left in its staging folder hold {found}: files were deleted under the running write (store-wide GC "
+            f"of {NATIVE_STAGING}/ after the write's lease lapsed); nothing was published")
 
 
 def spark_files(store: Store, folder: str, partitions: int, rotation: int, keyed: bool) -> list[SparkFile]:

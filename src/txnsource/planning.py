@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import InputPartition
 
 from coordinator.partition import IndexedSegment
+from coordinator.reader import staged_file
 from txnsource.pushdown import Intervals, Pushdown, intersect, normalize
 
 if TYPE_CHECKING:
@@ -208,10 +209,11 @@ def staged_paths(coord: TransactionCoordinator, topic: str, partition: int, list
                  seq: int) -> list[str]:
     """Of the files ``listed`` in a partition's data folder, those no transaction committed at or before log
     entry ``seq`` published: staged files of open, aborted or undecided transactions (and of commits after the
-    snapshot). Segments replaced by compaction or expired by retention are not staged data."""
+    snapshot). Segments replaced by compaction or expired by retention are not staged data, nor is any file that is
+    not a transaction's (a compaction's merged output, published or not: :func:`coordinator.reader.staged_file`)."""
     plog = coord.partition(topic, partition)
     published = {s.path for s in plog.segments if s.runs or s.commit_seq <= seq} | set(plog.retired)
-    return [path for path in listed if path not in published]
+    return [path for path in listed if path not in published and staged_file(path)]
 
 
 def read_partition(store: Store, part: TxnInputPartition, target: pa.Schema) -> Iterator[pa.RecordBatch]:

@@ -301,6 +301,30 @@ def test_read_uncommitted_adds_staged_records_with_null_offsets(spark: Any, with
     assert df.filter("_offset is not null").count() == 16
 
 
+def test_read_uncommitted_during_a_compaction_never_returns_its_merged_rows(
+    spark: Any, with_open_and_aborted: str
+) -> None:
+    """A read_uncommitted read planned while a compaction of p0 has written its merged file (ids 0-9) but not yet
+    published it returns each committed row once, with its offset: before, the merged file counted as staged and
+    ids 0-9 came a second time with null offsets."""
+    from coordinator import TransactionCoordinator
+    from coordinator.maintenance import compact_partition
+
+    got: list[Any] = []
+
+    def at(name: str) -> None:
+        if name == "txnlog.entry.before" and not got:
+            with faults.injected(None):
+                got.extend(reader(spark, with_open_and_aborted, topic="orders",
+                                  isolationLevel="read_uncommitted").select("id", "_offset").collect())
+
+    with faults.injected(at):
+        report = compact_partition(TransactionCoordinator(open_store(with_open_and_aborted)), "orders", 0)
+    assert report.merged_groups == 1
+    assert sorted(r.id for r in got) == list(range(11)) + list(range(100, 105)) + [500, 501, 502, 600, 601]
+    assert sorted(r.id for r in got if r._offset is None) == [500, 501, 502, 600, 601]
+
+
 # -- planning -----------------------------------------------------------------------------------------------
 
 

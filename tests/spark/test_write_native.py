@@ -15,6 +15,7 @@ from chispa import assert_df_equality
 import txnsink
 import txnsource
 from coordinator import (
+    IncompleteWriteError,
     InvalidOptionError,
     Producer,
     TransactionCoordinator,
@@ -364,3 +365,56 @@ def test_gc_and_compaction_accept_native_files(spark: Any, lake: str) -> None:
     assert len(data_files(lake, "m", 1)) == 1
     nat = txnsource.read(spark, lake, topic="m", readPath="native")
     assert nat.count() == 600
+
+
+def _gc_when_task_0_committed(lake: str, later_ms: int) -> Any:
+    """A mapInArrow function that, in Spark task 1 only, waits until task 0 has written and committed its file
+    (Spark's committer moved it out of its attempt folder), then runs store-wide GC of native staging with a zero
+    grace period on the store's clock moved ``later_ms`` on (0: now), before passing its own rows on: a GC running
+    while a slow task still writes."""
+
+    def run(batches: Any) -> Any:
+        import glob
+        import time
+
+        from pyspark import TaskContext
+
+        from coordinator import open_store as _open
+        from coordinator.maintenance import sweep_native_staging
+
+        if TaskContext.get().partitionId() == 1:  # type: ignore[union-attr]
+            for _ in range(600):
+                done = [p for p in glob.glob(f"{lake}/_native-staging/**/part-00000-*.parquet", recursive=True)
+                        if "/_temporary/0/_temporary/" not in p]
+                if done:
+                    break
+                time.sleep(0.05)
+            else:
+                raise RuntimeError("task 0 never committed its file")
+            store = _open(lake)
+            sweep_native_staging(store, grace_ms=0, now=store.now() * 1000 + later_ms)
+        yield from batches
+
+    return run
+
+
+@pytest.mark.parametrize("lease", ["held", "expired"])
+def test_gc_during_the_write_never_publishes_part_of_it(spark: Any, lake: str, lease: str) -> None:
+    """Store-wide GC with a zero grace period runs while task 1 of a 100,000-row write has not written yet, after
+    task 0 committed its 50,000 rows. Before, GC deleted task 0's file and the write published the other half
+    (``rows=50000``). The running write's lease keeps GC away from its staging folder (``held``); when GC runs
+    past the lease's expiry (``expired``: a driver paused that long), the commit finds fewer rows than Spark's
+    tasks reported and fails, publishing nothing."""
+    df = frame(spark, 100_000, parts=2)
+    later = 0 if lease == "held" else 24 * 3600 * 1000
+    slow = df.mapInArrow(_gc_when_task_0_committed(lake, later), df.schema)
+    if lease == "held":
+        got = txnsink.write(slow, lake, "orders", numPartitions=2, writePath="native")
+        assert (got.rows, got.segments) == (100_000, 2)
+        assert topic_rows(lake, "orders").num_rows == 100_000
+    else:
+        with pytest.raises(IncompleteWriteError, match="Spark's tasks reported writing 100000 rows"):
+            txnsink.write(slow, lake, "orders", numPartitions=2, writePath="native")
+        assert topic_rows(lake, "orders").num_rows == 0
+        assert data_files(lake, "orders", 2) == []
+    assert os.listdir(os.path.join(lake, "_native-staging")) == []

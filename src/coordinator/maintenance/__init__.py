@@ -16,7 +16,9 @@ readers read, and each keeping offsets unchanged.
   attempt older than the grace period only after
   the attempt is reaped through the log (so it can never commit). Staged files of an undecided producer
   transaction are never deleted: the timeout sweep decides them first. Files are listed before the log is read, so
-  every commit that could name a listed file is in the view GC decides from.
+  every commit that could name a listed file is in the view GC decides from. Store-wide GC also deletes native
+  writes' staging folders whose files are all older than the grace period, unless a running write's lease is
+  younger than ``NATIVE_LEASE_MS``.
 - **Truncation** deletes partition records and checkpoints below the newest partition checkpoint older than the
   grace period, and the transaction log's old entries (see ``TransactionLog.truncate``).
 """
@@ -27,6 +29,7 @@ from coordinator.maintenance.common import (
     COMPACTED_PREFIX,
     DEFAULT_COMPACT_TARGET_BYTES,
     DEFAULT_GC_GRACE_MS,
+    NATIVE_LEASE_MS,
     MaintenanceReport,
     Progress,
 )
@@ -37,6 +40,6 @@ from coordinator.maintenance.run import maintain
 
 __all__ = [
     "CLOCK_SKEW_MS", "COMPACTED_PREFIX", "DEFAULT_COMPACT_TARGET_BYTES", "DEFAULT_GC_GRACE_MS", "MaintenanceReport",
-    "Progress", "apply_retention", "compact_partition", "gc_partition", "maintain", "sweep_native_staging",
-    "truncate_partition",
+    "NATIVE_LEASE_MS", "Progress", "apply_retention", "compact_partition", "gc_partition", "maintain",
+    "sweep_native_staging", "truncate_partition",
 ]

@@ -11,6 +11,9 @@ DEFAULT_GC_GRACE_MS = 24 * 3600 * 1000
 CLOCK_SKEW_MS = 10 * 60 * 1000
 #: File names of compaction outputs start with this (then a random id).
 COMPACTED_PREFIX = "r."
+#: GC leaves a native write's staging folder while its lease (renewed by the running write's driver every
+#: twentieth of this) is younger than this, on the store's clock, whatever the grace period.
+NATIVE_LEASE_MS = 10 * 60 * 1000
 
 Progress = Callable[[str], None]
 

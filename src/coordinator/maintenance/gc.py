@@ -7,8 +7,14 @@ from coordinator import parallel
 from coordinator.coordinator import TransactionCoordinator
 from coordinator.decisions import MAX_PUBLISH_MS
 from coordinator.errors import InvalidOptionError
-from coordinator.layout import NATIVE_STAGING, data_dir, marker_dir, parse_seq, txn_of_file
-from coordinator.maintenance.common import CLOCK_SKEW_MS, COMPACTED_PREFIX, DEFAULT_GC_GRACE_MS, MaintenanceReport
+from coordinator.layout import NATIVE_LEASE, NATIVE_STAGING, data_dir, marker_dir, parse_seq, txn_of_file
+from coordinator.maintenance.common import (
+    CLOCK_SKEW_MS,
+    COMPACTED_PREFIX,
+    DEFAULT_GC_GRACE_MS,
+    NATIVE_LEASE_MS,
+    MaintenanceReport,
+)
 from coordinator.records import parse_txn_id
 from coordinator.store import ObjectInfo, Store
 
@@ -91,8 +97,11 @@ def gc_partition(
 def sweep_native_staging(store: Store, *, grace_ms: int = DEFAULT_GC_GRACE_MS, now: float | None = None,
                          dry_run: bool = False) -> MaintenanceReport:
     """Delete the staging folders of native batch writes (``_native-staging/<write id>``) whose every file is older
-    than ``grace_ms``: what a driver that died while Spark wrote left behind. Nothing reads them, and a live write
-    moves or deletes its files well within the grace period. ``now`` is the store's time in ms (tests).
+    than ``grace_ms`` and whose lease (``_lease.json``, which a running write's driver keeps renewing) is older
+    than :data:`NATIVE_LEASE_MS`, whatever the grace period: what a driver that died while Spark wrote left behind.
+    Nothing reads them. The lease only spares a running write wasted work: a write whose files are deleted anyway
+    (its driver paused past the lease, or a clock off) fails its commit's check and publishes nothing. ``now`` is
+    the store's time in ms (tests).
 
     Raises:
         InvalidOptionError: a negative grace period.
@@ -104,6 +113,9 @@ def sweep_native_staging(store: Store, *, grace_ms: int = DEFAULT_GC_GRACE_MS, n
     doomed: list[ObjectInfo] = []
     for folder in store.list_dirs(NATIVE_STAGING):
         infos = store.list_info(f"{NATIVE_STAGING}/{folder}")
+        lease = f"{NATIVE_STAGING}/{folder}/{NATIVE_LEASE}"
+        if any(i.path == lease and t - i.mtime * 1000 <= NATIVE_LEASE_MS for i in infos):
+            continue  # a running write
         if infos and all(t - i.mtime * 1000 > grace_ms for i in infos):
             doomed += infos
     for info in doomed:

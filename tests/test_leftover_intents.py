@@ -1,0 +1,66 @@
+"""Intents left in ``_txn/intents/`` by a process killed after their request was decided, before it deleted them:
+a process that never read the deciding entry (it opened the log from a later checkpoint) must not decide them
+again."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from coordinator import Producer
+from coordinator.decisions import InitRequest, request_bytes
+from coordinator.layout import TXN_INTENTS, intent_path
+from core_helpers import Backend, committed_ids, make_topic, rows
+
+
+def _leave_init_intent(backend: Backend, tid: str, prev: tuple[int, int] | None) -> str:
+    """Init ``tid`` and leave its intent in the store, as a process killed after its init was decided and before
+    it deleted the intent leaves it. Returns the intent's id."""
+    first = Producer(backend.open(), tid)
+    first.init_transactions()
+    meta = first.coordinator.log.refresh().producers[tid]
+    req = InitRequest(id=meta.init_request, tid=tid, prev=prev, timeout_ms=meta.timeout_ms)
+    backend.open().put(intent_path(req.id), request_bytes(req))
+    return req.id
+
+
+@pytest.mark.parametrize("again", [False, True], ids=["first-init", "re-init"])
+def test_a_leftover_init_intent_read_from_a_checkpoint_does_not_fence_the_restarted_producer(
+    backend: Backend, again: bool
+) -> None:
+    """G3 (no spurious fencing). The killed process's init named "no producer yet" (first init) or the epoch it
+    replaced (re-init). Its producer restarts and inits again (the next epoch); a checkpoint is written; a process
+    that opens the log from that checkpoint (so it never read the entry that decided the leftover intent) and
+    decides waiting intents must refuse the leftover one as stale: before, it took the first init's missing
+    ``prev`` as "anything current" and bumped the epoch, fencing the live producer."""
+    make_topic(backend.open())
+    prev = None
+    if again:
+        Producer(backend.open(), "etl").init_transactions()
+        meta = backend.coordinator().log.refresh().producers["etl"]
+        prev = (meta.pid, meta.epoch)
+    rid = _leave_init_intent(backend, "etl", prev)
+    live = Producer(backend.open(), "etl")
+    ident = live.init_transactions()  # the restart: it read the deciding entry, so it leaves the intent alone
+    writer = live.coordinator.log
+    writer.write_checkpoint()
+    assert writer.last_checkpoint() is not None and writer.last_checkpoint().seq == writer.state.seq  # type: ignore[union-attr]
+
+    other = backend.coordinator()  # opens from the checkpoint: the deciding entry is out of its view
+    assert other.log.decision(rid) is None and other.log.refresh().seq == writer.state.seq
+    other.init_producer("someone-else")  # its entry decides every waiting intent
+
+    meta = backend.coordinator().log.refresh().producers["etl"]
+    assert (meta.pid, meta.epoch) == (ident.pid, ident.epoch)
+    item, _ = other.log.decision(rid) or (None, 0)
+    assert item is not None and getattr(item, "code", "") == "stale", item
+    with live.transaction():  # the live producer was not fenced
+        live.send("t", rows(range(5), "live"))
+    assert committed_ids(backend) == list(range(5))
+    for _ in range(200):  # the writer that refused the intent deletes it, in the background
+        if f"{rid}.json" not in backend.open().list(TXN_INTENTS):
+            break
+        time.sleep(0.02)
+    else:
+        pytest.fail(f"intent {rid} was refused but never deleted")
