@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from coordinator.errors import StoreError
 from coordinator.store import Store
 
-__all__ = ["JUMP_S", "REFRESH_S", "RETRY_S", "STALE_S", "StoreClock", "clock_of", "forget", "store_now",
+__all__ = ["JUMP_S", "REFRESH_S", "RETRY_S", "STALE_S", "StoreClock", "clock_of", "elapsed_s", "forget", "store_now",
            "store_now_ms"]
 
 log = logging.getLogger(__name__)
@@ -54,8 +54,9 @@ _KEPT = 1024
 _BOOTTIME = getattr(time, "CLOCK_BOOTTIME", None)
 
 
-def _elapsed() -> float:
-    """Seconds on a clock that never goes back (counting suspended time where the platform can)."""
+def elapsed_s() -> float:
+    """Seconds on a clock that never goes back, counting time suspended where the platform can (``CLOCK_BOOTTIME``;
+    ``time.monotonic`` does not on Linux): for measuring how long this process paused."""
     return time.clock_gettime(_BOOTTIME) if _BOOTTIME is not None else time.monotonic()
 
 
@@ -83,7 +84,7 @@ class StoreClock:
     """
 
     def __init__(self, *, elapsed: Callable[[], float] | None = None, wall: Callable[[], float] | None = None) -> None:
-        self._elapsed = elapsed or _elapsed
+        self._elapsed = elapsed or elapsed_s
         self._wall = wall or _host_wall
         self._lock = threading.Lock()
         self._reading: _Reading | None = None
