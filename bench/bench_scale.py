@@ -310,13 +310,13 @@ def bounded_state(commits: int, jobs: int, producers: int = 16, maintain_every: 
     periods passed, as if the pass ran an hour later (ages are simulated: ``grace_ms=0`` for partitions, a clock
     an hour ahead for the log's truncation, whose grace period cannot go below a minute). Commit times come from a
     simulated clock advancing :data:`STATE_TICK_MS` per commit (the log's entry times are its only clock here)."""
-    import coordinator.txnlog as txnlog_module
+    import coordinator.clock as clock_module
     from coordinator.maintenance import maintain
     from coordinator.records import SegmentRef
 
     clock = [time.time() * 1000]
 
-    def tick() -> int:
+    def tick(store: Store) -> int:
         clock[0] += STATE_TICK_MS
         return int(clock[0])
 
@@ -325,8 +325,8 @@ def bounded_state(commits: int, jobs: int, producers: int = 16, maintain_every: 
         coord.log.truncate(now=time.time() + 3600)
 
     url = f"memory://state-{uuid.uuid4().hex}"
-    real_now = txnlog_module.now_ms
-    txnlog_module.now_ms = tick  # type: ignore[assignment]
+    real_now = clock_module.store_now_ms
+    clock_module.store_now_ms = tick
     try:
         store = open_store(url)
         create_topic(store, "t", SCHEMA, producers, {"retention.bytes": str(STATE_RETENTION_BYTES)})
@@ -363,7 +363,7 @@ def bounded_state(commits: int, jobs: int, producers: int = 16, maintain_every: 
                 "partition_log_objects": len(part_objects), "store_objects": len(everything),
                 "store_kb": sum(i.size for i in everything) / 1024, "seconds": time.monotonic() - t0}
     finally:
-        txnlog_module.now_ms = real_now  # type: ignore[assignment]
+        clock_module.store_now_ms = real_now
         MemoryStore.drop(url)
 
 

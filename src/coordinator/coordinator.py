@@ -468,5 +468,6 @@ class TransactionCoordinator:
 
     def expire_transactional_ids(self, now: int | None = None) -> list[str]:
         """Forget transactional ids idle longer than the expiration; a producer of an expired id is fenced and its
-        pid is never reused. Returns the expired ids."""
+        pid is never reused. Idleness is judged on the store's clock, the one commit times follow
+        (:mod:`coordinator.clock`; ``now``: the store's time in ms, for tests). Returns the expired ids."""
         return sweeps.expire_transactional_ids(self, now)

@@ -76,11 +76,12 @@ SERVE_EMPTY_LOOKS = 4
 SERVE_LOSSES = 2
 
 
-def _now_ms() -> int:
-    """:func:`coordinator.txnlog.now_ms`, looked up at call time (benchmarks replace it with a simulated clock)."""
-    from coordinator import txnlog
+def _now_ms(store: Store) -> int:
+    """The store's time (:func:`coordinator.clock.store_now_ms`: no request once this process has read the store's
+    clock), looked up at call time (benchmarks replace it with a simulated clock)."""
+    from coordinator import clock
 
-    return txnlog.now_ms()
+    return clock.store_now_ms(store)
 
 
 def ensure_format(store: Store) -> None:
@@ -294,7 +295,7 @@ class GroupCommit:
             if queue and self._undecided(names, req.id):
                 return None, None, True
             others = self._waiting(names, req.id) if fetch else self._known_waiting(names, req.id)
-            if decide(req, self.state.copy(), max(_now_ms(), self.state.ts)) is None:
+            if decide(req, self.state.copy(), max(_now_ms(self.store), self.state.ts)) is None:
                 return None, Outcome("noop", reason=f"request {req.id} has nothing left to decide"), False
             won = self._append([req, *others])
             if won is None:
@@ -408,7 +409,7 @@ class GroupCommit:
             self._settle_suspects()
         if self._unproven and not self._prove():
             return None  # a refresh that failed half way left entries unproven: never build on them
-        ts = max(_now_ms(), self.state.ts)
+        ts = max(_now_ms(self.store), self.state.ts)
         seq = self.state.seq + 1
         scratch = self.state.copy()
         items: list[Item] = []

@@ -19,7 +19,8 @@ store contract:
    returned write also survives power loss on a file system that honours fsync; S3 acknowledges a ``PutObject``
    only once it is stored redundantly.
 6. **One clock.** :meth:`Store.now` is the store's own clock, the one that stamps :attr:`ObjectInfo.mtime`: ages
-   (GC's grace period, transaction timeouts) are judged on it, never on the caller's clock.
+   (GC's grace period, transaction timeouts) are judged on it, never on the caller's clock, and so are the times
+   the transaction log records (through a process's reading of it, :mod:`coordinator.clock`).
 
 Paths given to a store are relative, ``/``-separated, and never start with ``/`` nor contain ``..``; the store
 joins them to its root. Every call counts one request per backend operation kind in :attr:`Store.counters`, so
@@ -228,8 +229,12 @@ class Store(ABC):
     def delete(self, path: str) -> None:
         """Remove ``path``; a missing object is not an error."""
 
+    #: How coarse :meth:`now` is: it truncates to this many seconds (S3: the whole seconds of a ``Date`` header).
+    clock_resolution: float = 0.0
+
     def now(self) -> float:
-        """The store's clock (epoch seconds), the one that stamps object modification times."""
+        """The store's clock (epoch seconds), the one that stamps object modification times. This default is this
+        host's clock, right for stores whose objects this host stamps (memory, a local disk), and costs no request."""
         import time
 
         return time.time()

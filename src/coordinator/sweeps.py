@@ -8,11 +8,11 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING
 
+from coordinator.clock import store_now_ms
 from coordinator.decisions import ExpireRequest, abort_request, undecided_producer
 from coordinator.errors import InvalidOptionError
 from coordinator.layout import TXN_OPEN
 from coordinator.records import is_ready, parse_txn_id
-from coordinator.txnlog import now_ms
 
 if TYPE_CHECKING:
     from coordinator.coordinator import TransactionCoordinator
@@ -91,7 +91,7 @@ def abort_timed_out(coord: TransactionCoordinator, now: float | None = None) -> 
 
 def expire_transactional_ids(coord: TransactionCoordinator, now: int | None = None) -> list[str]:
     """The work of :meth:`TransactionCoordinator.expire_transactional_ids` (its docstring states the contract)."""
-    t = now_ms() if now is None else now
+    t = store_now_ms(coord.store) if now is None else now
     expired = []
     for meta in list(coord.log.refresh().producers.values()):
         if is_ready(meta.state) and t - meta.last_ts > coord.transactional_id_expiration_ms:

@@ -254,8 +254,10 @@ class S3Store(Store):
         out = sorted(n for n in names if start_after is None or n > start_after)
         return out if limit is None else out[:limit]
 
+    clock_resolution = 1.0
+
     def now(self) -> float:
-        """The S3 service's clock: the ``Date`` of a one-key listing (one request, no write).
+        """The S3 service's clock: the ``Date`` of a one-key listing (one request, no write), in whole seconds.
 
         Raises:
             StoreError: the store failed past the retry budget, or sent no usable ``Date``.

@@ -13,10 +13,10 @@ from coordinator import inspect as ti
 from coordinator.cli.common import EXIT_OK, EXIT_PROBLEMS, Output, fmt_bytes, fmt_time, render_table
 from coordinator.cli.config import Settings
 from coordinator.cli.schema import parse_schema
+from coordinator.clock import store_now_ms
 from coordinator.errors import InvalidOptionError
 from coordinator.topic_admin import check_config, delete_topic, plan_delete_topic, set_topic_config
 from coordinator.topics import TopicMeta, add_partitions, create_topic, get_topic
-from coordinator.txnlog import now_ms
 
 
 def parse_assignments(items: list[str] | None) -> dict[str, str]:
@@ -86,7 +86,7 @@ def cmd_create_topic(args: argparse.Namespace, settings: Settings, out: Output) 
     config = check_config(parse_assignments(args.config_items))
     store = settings.open(write=True, create=True)
     meta = create_topic(store, args.topic, schema, args.partitions, config, exist_ok=args.if_not_exists,
-                        created_ms=now_ms())
+                        created_ms=store_now_ms(store))
     if out.json_mode:
         out.emit_json(_meta_json(meta))
     else:

@@ -23,11 +23,11 @@ from coordinator.cli.common import (
     render_table,
 )
 from coordinator.cli.config import Settings
+from coordinator.clock import store_now_ms
 from coordinator.coordinator import TransactionCoordinator
 from coordinator.errors import InvalidOptionError
 from coordinator.records import is_ready
 from coordinator.store import Store
-from coordinator.txnlog import now_ms
 
 
 def _where(r: dict[str, Any]) -> str:
@@ -196,7 +196,7 @@ def cmd_expire(args: argparse.Namespace, settings: Settings, out: Output) -> int
     timed_out = [r for r in ti.transactions(store, recent=0, staged=False, coordinator=coord)["open"]
                  if r["timed_out"]]
     if args.dry_run:
-        t = now_ms()
+        t = store_now_ms(store)
         state = coord.log.refresh()
         aborted = [{"txn": r["txn"], "tid": r["tid"]} for r in timed_out]
         expired = sorted(m.tid for m in state.producers.values() if is_ready(m.state)

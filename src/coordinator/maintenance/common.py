@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 DEFAULT_COMPACT_TARGET_BYTES = 64 * 1024 * 1024
 DEFAULT_GC_GRACE_MS = 24 * 3600 * 1000
-#: Allowance for the clocks of the writer that stamps a replace and of the store that stamps its merged file.
+#: Allowance between the store's stamp of a merged file and the readings of the store's clock that stamp its
+#: replace's ``staged_at`` and the entry publishing it (:mod:`coordinator.clock`: off by about a second).
 CLOCK_SKEW_MS = 10 * 60 * 1000
 #: File names of compaction outputs start with this (then a random id).
 COMPACTED_PREFIX = "r."

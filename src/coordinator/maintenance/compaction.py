@@ -8,6 +8,7 @@ import zlib
 import pyarrow as pa
 
 from coordinator import parallel
+from coordinator.clock import store_now_ms
 from coordinator.coordinator import TransactionCoordinator
 from coordinator.decisions import LayoutRequest
 from coordinator.errors import InvalidOptionError
@@ -19,7 +20,6 @@ from coordinator.maintenance.common import COMPACTED_PREFIX, DEFAULT_COMPACT_TAR
 from coordinator.partition import IndexedSegment
 from coordinator.records import MarkerSegment, ReplaceItem
 from coordinator.segments import PRODUCER_TS, encode_table, read_segment, stamp
-from coordinator.txnlog import now_ms
 
 
 def _groups(segs: list[IndexedSegment], target: int, start: int) -> list[list[IndexedSegment]]:
@@ -61,7 +61,9 @@ def compact_partition(
     now: int | None = None,
 ) -> MaintenanceReport:
     """Merge small segments of one partition. Concurrent commits are fine (they never change the layout of
-    existing offsets); a compaction that raced another one or retention is refused and its file deleted.
+    existing offsets); a compaction that raced another one or retention is refused and its file deleted. A merged
+    file is stamped ``staged_at`` on the store's clock (:mod:`coordinator.clock`), as entry times are, before it is
+    written; ``now`` overrides that time (ms, tests).
 
     Raises:
         InvalidOptionError: non-positive target.
@@ -80,7 +82,7 @@ def compact_partition(
         data = encode_table(merged, fmt)
         ext = ".parquet" if fmt == "parquet" else ".arrow"
         path = data_path(topic, partition, segment_name(f"{COMPACTED_PREFIX}{uuid.uuid4().hex}", "merged") + ext)
-        staged_at = now_ms() if now is None else now
+        staged_at = store_now_ms(coord.store) if now is None else now
         coord.store.put(path, data)
         item = ReplaceItem("", topic=topic, partition=partition, layout=layout, base=group[0].base_offset,
                            end=group[-1].end_offset, replaces=tuple(s.path for s in group),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 
 from coordinator import parallel
+from coordinator.clock import store_now_ms
 from coordinator.coordinator import TransactionCoordinator
 from coordinator.decisions import LayoutRequest
 from coordinator.layout import (
@@ -15,7 +16,6 @@ from coordinator.layout import (
 )
 from coordinator.maintenance.common import DEFAULT_GC_GRACE_MS, MaintenanceReport
 from coordinator.records import RetainItem
-from coordinator.txnlog import now_ms
 
 
 def apply_retention(
@@ -29,9 +29,13 @@ def apply_retention(
 ) -> MaintenanceReport:
     """Move the log start offset past whole segments older than ``retention_ms`` (by commit time of their last
     record) or beyond ``retention_bytes`` of newest data. Readers asking below the new start get
-    ``OffsetOutOfRangeError`` (or skip ahead when they opted in).
+    ``OffsetOutOfRangeError`` (or skip ahead when they opted in). Ages are judged on the store's clock, as commit
+    times are (:mod:`coordinator.clock`); ``now`` is the store's time in ms (tests).
+
+    Raises:
+        StoreError: the store failed (its clock included).
     """
-    ts = now_ms() if now is None else now
+    ts = store_now_ms(coord.store) if now is None else now
     coord.log.refresh()
     plog = coord.partition(topic, partition)
     plog.refresh()
