@@ -21,9 +21,10 @@ from dataclasses import dataclass, field, replace
 from coordinator import parallel
 from coordinator.coordinator import TransactionCoordinator
 from coordinator.errors import InvalidOptionError
-from coordinator.layout import topic_dir, topic_meta_dir, topic_meta_path
+from coordinator.layout import topic_dir, topic_meta_dir
+from coordinator.probe import probe_conditional_writes
 from coordinator.store import Store
-from coordinator.topics import DELETED_MARKER, TopicMeta, get_topic
+from coordinator.topics import DELETED_MARKER, TopicMeta, create_definition, get_topic
 
 #: Topic config keys and what they mean (the retention the maintenance sweep applies).
 CONFIG_KEYS: dict[str, str] = {
@@ -58,10 +59,13 @@ def delete_topic(coord: TransactionCoordinator, name: str) -> TopicDeletion:
 
     Raises:
         TopicNotFoundError: no such topic (or already deleted).
+        UnsupportedStoreError: the store does not honour conditional writes (nothing is written or deleted).
         StoreError: the store failed (the topic is deleted once the marker exists; run again to finish).
     """
     store = coord.store
     plan = plan_delete_topic(store, name)
+    probe_conditional_writes(store)
+    # The marker is a fact, not a win: whoever created it (this call or a concurrent delete), the topic is deleted.
     store.put_if_absent(f"{topic_meta_dir(name)}/{DELETED_MARKER}",
                         json.dumps({"topic": name, "deleted_ms": int(store.now() * 1000)}).encode())
     coord.log.refresh()
@@ -107,17 +111,19 @@ def set_topic_config(store: Store, name: str, updates: Mapping[str, str], remove
     Raises:
         InvalidOptionError: an unknown key or a bad value.
         TopicNotFoundError: no such topic.
+        UnsupportedStoreError: the store does not honour conditional writes (nothing is written).
     """
     values = check_config(updates)
     drop = list(remove)
     for key in drop:
         if key not in CONFIG_KEYS:
             raise InvalidOptionError(f"unknown topic config {key!r} (known: {', '.join(sorted(CONFIG_KEYS))})")
+    probe_conditional_writes(store)
     while True:
         cur = get_topic(store, name)
         config = {k: v for k, v in cur.config.items() if k not in drop} | values
         if config == dict(cur.config):
             return cur
-        new = replace(cur, config=config, version=cur.version + 1)
-        if store.put_if_absent(topic_meta_path(name, new.version), new.to_bytes()):
+        new = create_definition(store, replace(cur, config=config, version=cur.version + 1))
+        if new is not None:
             return new
