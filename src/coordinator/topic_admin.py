@@ -4,9 +4,10 @@
 **Deletion** marks the topic deleted first (``topics/<t>/meta/deleted.json``, a conditional create), so new readers
 and writers get ``TopicNotFoundError`` at once, then deletes its partitions' segments, records and checkpoints.
 The definition files stay, and the name is not reused: the transaction log keeps the partitions' offsets, so a new
-topic of the same name would not start at offset 0. A writer that cached the definition before the deletion may
-still stage and commit into the deleted folder; deleting again removes what it left. Stop the topic's writers
-first, as with Kafka.
+topic of the same name would not start at offset 0 (creating it is refused, even with the same definition: every
+definition carries a writer token, see :mod:`coordinator.topics`), and a write that starts after the deletion
+fails naming the topic. A writer that cached the definition before the deletion may still stage and commit into
+the deleted folder; deleting again removes what it left. Stop the topic's writers first, as with Kafka.
 
 **Config** changes write the next definition version (a conditional create, retried on a race), like
 ``add_partitions``: readers pick the latest version up at their next open.
