@@ -3,15 +3,22 @@ nothing committed is lost; oversized records and odd inputs are handled."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 
 from coordinator import (
     Consumer,
     CorruptLogError,
+    InvalidNameError,
+    InvalidOptionError,
     Producer,
     ProducerConfig,
+    SchemaMismatchError,
     TransactionCoordinator,
+    create_topic,
+    open_store,
     read_snapshot,
 )
 from coordinator.layout import marker_path, txn_log_path
@@ -132,3 +139,55 @@ def test_empty_and_odd_sends(backend: Backend) -> None:
         p.send("t", pa.record_batch([pa.array([3]), pa.array(["c"])], names=["id", "txn"]))
     got = read_snapshot(backend.open(), ["t"])["t"].sort_by("_offset")
     assert got.column("id").to_pylist() == [1, 2, 3] and got.column("txn").to_pylist() == ["a", None, "c"]
+
+
+def test_an_integer_beyond_its_column_type_names_the_column(tmp_path: Path) -> None:
+    import pandas as pd
+
+    store = open_store(str(tmp_path / "lake"))
+    make_topic(store, partitions=1)
+    create_topic(store, "big", pa.schema([("n", pa.uint64())]))
+    p = Producer(store, "w")
+    p.init_transactions()
+    with p.transaction():
+        for data in ([{"id": 1, "txn": "a"}, {"id": 2**64, "txn": "b"}], pd.DataFrame({"id": [2**64], "txn": ["c"]})):
+            with pytest.raises(SchemaMismatchError,
+                               match=r"column 'id' of topic 't': value 18446744073709551616 is out of the range of "
+                                     r"int64 \(-9223372036854775808 to 9223372036854775807\)"):
+                p.send("t", data)
+        with pytest.raises(SchemaMismatchError, match="column 'n' of topic 'big': value -1 is out of the range of "
+                                                      "uint64"):
+            p.send("big", [{"n": 2**63}, {"n": -1}])
+        p.send("big", [{"n": 2**63}, {"n": 2**64 - 1}])  # what the topic's type holds is taken
+    assert read_snapshot(store, ["t"])["t"].num_rows == 0  # nothing of the refused sends went in
+    assert read_snapshot(store, ["big"])["big"].column("n").to_pylist() == [2**63, 2**64 - 1]
+
+
+def test_a_transactional_id_is_checked_when_the_producer_is_made(tmp_path: Path) -> None:
+    with pytest.raises(InvalidNameError, match="invalid transactional id name 'no spaces'"):
+        Producer(str(tmp_path / "lake"), "no spaces")
+    assert not (tmp_path / "lake").exists()
+
+
+def test_a_streaming_transactional_id_too_long_for_file_names_is_refused_when_given(tmp_path: Path) -> None:
+    """A valid 240-character id used to fail only at the first micro-batch's tasks (file name too long); it is
+    refused by the driver, naming the option, before anything is written. The longest one taken fits every file
+    name a micro-batch stages on local disk, with every id Spark gives at its largest."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from txnsink import make_stream_writer
+    from txnsink.options import MAX_STREAM_ID_CHARS
+    from txnsink.staging import TaskIds
+
+    schema = StructType([StructField("id", LongType()), StructField("txn", StringType())])
+    lake = tmp_path / "lake"
+    opts = {"path": str(lake), "topic": "t", "checkpointLocation": str(tmp_path / "cp")}
+    with pytest.raises(InvalidOptionError, match=f"option transactionalId='{'x' * 240}' is 240 characters; a "
+                                                 f"streaming write takes at most {MAX_STREAM_ID_CHARS}"):
+        make_stream_writer({**opts, "transactionalId": "x" * 240}, schema, False)
+    assert not lake.exists()
+    w = make_stream_writer({**opts, "transactionalId": "y" * MAX_STREAM_ID_CHARS}, schema, False)
+    batch = pa.record_batch({"id": pa.array([7], pa.int64()), "txn": pa.array(["s"])})
+    largest = TaskIds(2**31 - 1, 2**31 - 1, 2**63 - 1, "0" * 8 + "-0000-0000-0000-" + "0" * 12, 2**62)
+    w.commit([w.stage(iter([batch]), largest)], 2**62)
+    assert read_snapshot(str(lake), ["t"])["t"].column("id").to_pylist() == [7]

@@ -337,6 +337,8 @@ class TransactionCoordinator:
 
         Returns:
             True if this call aborted it; False if it was decided already (committed or aborted).
+        Raises:
+            UnsupportedStoreError: the store does not honour conditional writes (nothing is written).
         """
         return sweeps.abort_open(self, txn, reason=reason)
 
@@ -452,6 +454,9 @@ class TransactionCoordinator:
         data a crashed writer left out); with ``damaged``, also every record of *every retained* entry whose bytes
         differ from what its entry defines (an operator's repair of a damaged partition). Returns how many records
         were written. Never needed for correctness while the defining entries are retained.
+
+        Raises:
+            UnsupportedStoreError: the store does not honour conditional writes (nothing is written).
         """
         return sweeps.repair_records(self, damaged=damaged)
 
@@ -463,11 +468,17 @@ class TransactionCoordinator:
 
         Returns:
             the transactional ids whose transaction this call aborted (one a commit beat is not listed).
+        Raises:
+            UnsupportedStoreError: the store does not honour conditional writes (nothing is written).
         """
         return sweeps.abort_timed_out(self, now)
 
     def expire_transactional_ids(self, now: int | None = None) -> list[str]:
         """Forget transactional ids idle longer than the expiration; a producer of an expired id is fenced and its
         pid is never reused. Idleness is judged on the store's clock, the one commit times follow
-        (:mod:`coordinator.clock`; ``now``: the store's time in ms, for tests). Returns the expired ids."""
+        (:mod:`coordinator.clock`; ``now``: the store's time in ms, for tests). Returns the expired ids.
+
+        Raises:
+            UnsupportedStoreError: the store does not honour conditional writes (nothing is written).
+        """
         return sweeps.expire_transactional_ids(self, now)

@@ -91,6 +91,7 @@ def ensure_format(store: Store) -> None:
         UnsupportedFormatError: the store was created by another format.
     """
     body = encode_json({"format": FORMAT_VERSION})
+    # a fact, not a win: equal bytes are the same format whoever wrote them (no writer token needed)
     if store.put_if_absent(FORMAT_PATH, body):
         return
     d = decode_json(store.get(FORMAT_PATH), FORMAT_PATH, "store format file")
@@ -162,7 +163,11 @@ class GroupCommit:
                 after ``req`` was published as an intent (another process may still decide it).
             ConcurrentCommitError: undecided after :data:`SUBMIT_BUDGET_S` seconds.
             StoreError, CorruptLogError: the store failed or the log is damaged (``req`` was not decided).
+            UnsupportedStoreError: the store does not honour conditional writes (nothing was written).
         """
+        if not self._probed:  # the last guard: every writing path probed before it wrote anything
+            probe_conditional_writes(self.store)
+            self._probed = True
         intentable = self.group_commit and req.kind in INTENT_KINDS
         wrote_intent = False
         intent_seq = -1
@@ -427,9 +432,6 @@ class GroupCommit:
         entry = LogEntry(seq, ts, uuid.uuid4().hex, tuple(items), tuple((t, p, idx) for (t, p), idx in touched.items()),
                          prev=self.state.token_of(self.state.seq) or "")
         scratch.finish(entry)
-        if not self._probed:
-            probe_conditional_writes(self.store)
-            self._probed = True
         if seq == 0:
             ensure_format(self.store)
         faults.point("txnlog.entry.before")

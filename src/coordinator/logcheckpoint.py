@@ -30,7 +30,6 @@ from coordinator.layout import (
     txn_checkpoint_path,
 )
 from coordinator.partrecords import PartitionRecord, records_of
-from coordinator.probe import verified_writes
 from coordinator.records import FORMAT_VERSION, LogEntry, encode_json
 from coordinator.state import CoordinatorState
 from coordinator.store import Store
@@ -164,7 +163,7 @@ class LogCheckpoints:
         ensure_records(self.store, unsure)
         self._partition_checkpoints(entries)
         faults.point("txnlog.checkpoint.before")
-        data = encode_json({"v": FORMAT_VERSION, **st.to_json(), "verified": verified_writes()})
+        data = encode_json({"v": FORMAT_VERSION, **st.to_json()})
         span = self.checkpoint_interval * NUMBERED_EVERY
         if not self.checkpoint_interval or (st.seq + 1) // span > (known + 1) // span:
             # numbered ones: fallback and truncation points, one whenever a multiple of the span was crossed since
@@ -199,7 +198,9 @@ class LogCheckpoints:
 
 def write_records(store: Store, entry: LogEntry) -> None:
     """Write the partition records ``entry`` defines, concurrently. Different bytes already at a record's place
-    mean that partition is damaged: logged (``verify`` reports it), never raised."""
+    mean that partition is damaged: logged (``verify`` reports it), never raised. Records carry no writer token on
+    purpose: a record's bytes are a pure function of its log entry, so equal bytes really are the same record,
+    whoever wrote them (see :mod:`coordinator.store`)."""
     recs = list(records_of(entry).values())
 
     def put(rec: PartitionRecord) -> None:

@@ -1,5 +1,18 @@
-"""The conditional-write probe: before its first conditional write, a process checks that the store really makes
-``put_if_absent`` exclusive (a store or proxy that ignores ``If-None-Match`` would silently break the log)."""
+"""The conditional-write probe: before it writes anything, every writing path checks that the store really makes
+``put_if_absent`` exclusive (a store or proxy that ignores ``If-None-Match`` would silently break the log: two
+writers would both "create" the same log entry, and one of them would be lost).
+
+Who probes: the producer (before its first log entry), the Spark batch and stream sinks and the native write
+(:func:`txnsink.plan.plan_write`, on the driver, before any task stages a file), topic creation and administration,
+the sweeps and maintenance (before they delete or write anything), every CLI command that writes and the daemon,
+and, as a last guard, the transaction log before a process's first log entry. Readers never probe: reading needs
+no write permission.
+
+What a verdict rests on: this process's own probe, or the verdict object a passed probe left in the store
+(``_txn/probe/ok-<hash>.json``, keyed on the store URL and endpoint, so another endpoint in front of the same
+bucket is probed on its own). Nothing else vouches for a store: how a store was opened does not, nor does a
+checkpoint written by another process. Deleting the verdict objects makes every process probe again.
+"""
 
 from __future__ import annotations
 
@@ -7,48 +20,44 @@ import hashlib
 import threading
 import uuid
 
-from coordinator.errors import StoreError, UnsupportedStoreError
+from coordinator.errors import CommitStateUnknownError, StoreError, UnsupportedStoreError
 from coordinator.store import Store
 
-__all__ = ["learn_verified", "probe_conditional_writes", "verified_writes"]
+__all__ = ["PROBE_DIR", "probe_conditional_writes"]
 
 _PROBED: set[str] = set()
 _PROBE_LOCK = threading.Lock()
 PROBE_DIR = "_txn/probe"
 
 
+def _endpoint(store: Store) -> str | None:
+    endpoint = getattr(store, "endpoint", None)
+    return endpoint if isinstance(endpoint, str) else None
+
+
 def _probe_key(store: Store) -> str:
-    key = f"{store.url} via {getattr(store, 'endpoint', None)}"
+    key = f"{store.url} via {_endpoint(store)}"
     return hashlib.sha1(key.encode()).hexdigest()[:20]
 
 
-def verified_writes() -> list[str]:
-    """The (hashed) store URL + endpoint pairs this process verified honour conditional writes; the coordinator's
-    checkpoints carry them, so a process opening the log from a checkpoint needs no probe at all."""
-    with _PROBE_LOCK:
-        return sorted(_PROBED)
-
-
-def learn_verified(store: Store, keys: object) -> None:
-    """Accept the verdicts a checkpoint of ``store`` carries (see :func:`verified_writes`)."""
-    if isinstance(keys, list | tuple) and _probe_key(store) in keys:
-        with _PROBE_LOCK:
-            _PROBED.add(_probe_key(store))
+def _where(store: Store) -> str:
+    endpoint = _endpoint(store)
+    return f"{store.url} (endpoint {endpoint})" if endpoint else store.url
 
 
 def probe_conditional_writes(store: Store) -> None:
-    """Check that ``put_if_absent`` really is exclusive, before the first conditional write of this process (writers
-    call it; readers never do, so reading needs no write permission).
+    """Check that ``put_if_absent`` really is exclusive, before a writing path writes anything (readers never
+    call it, so reading needs no write permission).
 
-    A verdict is cached per process and store URL + endpoint, and kept in the store
-    (``_txn/probe/ok-<hash>.json``) once a probe passed, so a fresh process pays one GET, not a probe. A store opened
-    with ``probe=False`` is trusted.
+    A passed probe is remembered for the life of the process (per store URL and endpoint) and kept in the store
+    (``_txn/probe/ok-<hash>.json``), so a fresh process pays one GET, not a probe. A failed probe is never
+    remembered: every writing path tries again and is refused again.
 
     Raises:
-        UnsupportedStoreError: a second conditional create of the same path succeeded with different bytes.
+        UnsupportedStoreError: a second conditional create of the same path succeeded with different bytes
+            (the message names the store and its endpoint).
+        StoreError: the store failed while probing.
     """
-    if not getattr(store, "probe_required", True):
-        return
     key = _probe_key(store)
     with _PROBE_LOCK:
         if key in _PROBED:
@@ -64,11 +73,15 @@ def probe_conditional_writes(store: Store) -> None:
 
 
 def _probe(store: Store) -> None:
+    # A fresh path per probe is the writer token: nobody else ever writes "probe-a" there, so a True from the
+    # first create is this process's own object, and a True from the second (other bytes) is a lie.
     path = f"{PROBE_DIR}/{uuid.uuid4().hex}"
     try:
         first = store.put_if_absent(path, b"probe-a")
         second = store.put_if_absent(path, b"probe-b")
         held = store.get(path)
+    except CommitStateUnknownError as exc:  # of the probe object only: no request of the caller's is in doubt
+        raise StoreError(f"could not probe the conditional writes of store {_where(store)}: {exc}") from exc
     finally:
         try:
             store.delete(path)
@@ -76,7 +89,7 @@ def _probe(store: Store) -> None:
             pass
     if not first or second or held != b"probe-a":
         raise UnsupportedStoreError(
-            f"store {store.url} does not honour conditional writes (create-if-absent overwrote an existing "
-            "object); txnlog needs If-None-Match support to keep its transaction log consistent"
+            f"store {_where(store)} does not honour conditional writes: a create-if-absent (If-None-Match: *) "
+            "overwrote an existing object, so two writers could both win the same transaction-log entry. "
+            "txnlog refuses to write to it; use a store or endpoint that enforces If-None-Match"
         )
-

@@ -50,7 +50,9 @@ from coordinator.errors import (
 from coordinator.layout import check_name
 from coordinator.partitioner import legacy_partition, partition_for
 from coordinator.records import SegmentRef
-from coordinator.segments import FORMATS, now_us, stage_segment, stamp
+from coordinator.rows import producer_times as producer_times
+from coordinator.rows import to_table as to_table
+from coordinator.segments import FORMATS, stage_segment, stamp
 from coordinator.store import Store, StoreOptions
 from coordinator.store_factory import open_store
 from coordinator.topics import TopicMeta, conform, get_topic
@@ -77,60 +79,6 @@ class ProducerConfig:
             raise InvalidOptionError(f"transaction_timeout_ms must be positive, got {self.transaction_timeout_ms}")
 
 
-def to_table(data: Any) -> pa.Table:
-    """Accept an Arrow table or record batch, a pandas DataFrame, or a list of dicts.
-
-    Raises:
-        InvalidOptionError: anything else.
-    """
-    if isinstance(data, pa.Table):
-        return data
-    if isinstance(data, pa.RecordBatch):
-        return pa.Table.from_batches([data])
-    if isinstance(data, list) and all(isinstance(r, Mapping) for r in data):
-        return pa.Table.from_pylist(data)
-    try:
-        import pandas as pd
-    except ImportError:  # pragma: no cover
-        pd = None
-    if pd is not None and isinstance(data, pd.DataFrame):
-        return pa.Table.from_pandas(data, preserve_index=False)
-    raise InvalidOptionError(
-        f"send() takes a pyarrow Table or RecordBatch, a pandas DataFrame or a list of dicts, not {type(data).__name__}"
-    )
-
-
-def producer_times(table: pa.Table, timestamp: dt.datetime | int | str | None,
-                   keep: Sequence[str] = ()) -> tuple[pa.Table, int | pa.Array]:
-    """Split the producer times off ``table`` as :func:`coordinator.segments.stamp` takes them: the time now
-    (``None``), a timezone-aware datetime or epoch milliseconds for every row, or the values of the column named
-    ``timestamp`` (timestamps, or integers as epoch milliseconds; nulls become the time now), which is dropped
-    unless ``keep`` (the topic's columns) names it.
-
-    Raises:
-        InvalidOptionError: a naive datetime, a column the data lacks or of another type, or another kind of value.
-    """
-    if timestamp is None:
-        return table, now_us()
-    if isinstance(timestamp, dt.datetime):
-        if timestamp.tzinfo is None:
-            raise InvalidOptionError(f"timestamp {timestamp!r} has no time zone; give an aware datetime")
-        return table, (timestamp - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
-    if isinstance(timestamp, int) and not isinstance(timestamp, bool):
-        return table, timestamp * 1000
-    if isinstance(timestamp, str):
-        idx = table.schema.get_field_index(timestamp)
-        if idx < 0:
-            raise InvalidOptionError(f"timestamp column {timestamp!r} is not a column of the data")
-        col = table.column(idx).combine_chunks()
-        if pa.types.is_integer(col.type):
-            col = col.cast(pa.int64()).cast(pa.timestamp("ms", tz="UTC"))
-        elif not pa.types.is_timestamp(col.type):
-            raise InvalidOptionError(f"timestamp column {timestamp!r} is {col.type}, not a timestamp or epoch ms")
-        return (table if timestamp in keep else table.remove_column(idx)), col
-    raise InvalidOptionError(f"timestamp must be a datetime, epoch milliseconds or a column name, not {timestamp!r}")
-
-
 def hash_partition(table: pa.Table, columns: Sequence[str], partitions: int) -> list[int]:
     """A partition per row by the legacy partitioner (``txnlog-v1``: CRC-32 of the key values' text) modulo the
     partition count; topics name their partitioner, so use :func:`coordinator.partitioner.partition_for`."""
@@ -149,6 +97,14 @@ class Producer:
         config: ProducerConfig | None = None,
         coordinator: TransactionCoordinator | None = None,
     ) -> None:
+        """Bind a producer to ``transactional_id`` (nothing is read or written until ``init_transactions()``,
+        which probes the store's conditional writes first).
+
+        Raises:
+            InvalidNameError: the transactional id is not a valid name.
+            InvalidOptionError: the store URL is not supported.
+        """
+        check_name("transactional id", transactional_id)
         self.store = store if isinstance(store, Store) else open_store(store, options)
         self.config = config or ProducerConfig()
         self.coordinator = coordinator or TransactionCoordinator(
@@ -225,7 +181,7 @@ class Producer:
         meta = self._topic(topic)
         if isinstance(data, list) and not data:
             return
-        rows, when = producer_times(to_table(data), timestamp, meta.schema.names)
+        rows, when = producer_times(to_table(data, meta), timestamp, meta.schema.names)
         table = conform(rows, meta)
         if table.num_rows == 0:
             return

@@ -6,10 +6,16 @@ store contract:
 1. **Atomic visibility.** An object written by :meth:`Store.put` or :meth:`Store.put_if_absent` is either absent or
    complete: no reader ever sees a partial object.
 2. **Mutual exclusion.** Of any number of concurrent :meth:`Store.put_if_absent` calls on one path, exactly one
-   creates the object; every other one learns that the path already holds another writer's bytes. A call whose own
-   write succeeded but whose reply was lost (the client retried) still reports success: the store compares the
-   bytes it finds with the bytes it sent, and every log record carries a unique writer token, so equal bytes mean
-   "mine".
+   creates the object; every other one learns that the path already holds other bytes. A call whose own write
+   succeeded but whose reply was lost (the client retried) still reports success: the store compares the bytes it
+   finds with the bytes it sent, on every backend. So ``True`` means "these bytes are there", not "I created
+   them", and **a caller takes ``True`` as its own win only if its bytes are unique to it**: every conditionally
+   created object carries a unique writer token, or is a pure function of what is already decided, so that equal
+   bytes really are the same object. The callers: transaction-log entries (a fresh token per entry); topic
+   definitions, every version (a fresh token per definition written, so re-creating a deleted topic's name, or
+   a stale administrator writing the same change, loses); probe objects (a fresh path per probe); partition
+   records (derived: a pure function of their log entry, so either writer may take them); the store format file
+   and a topic's deletion marker (facts whose creator claims nothing: it reads on whatever the answer).
 3. **Consistent listing.** Once a write has returned, :meth:`Store.list` shows the object (read-after-write and
    list-after-write consistency, as S3 has given since 2020).
 4. **Read-your-writes.** :meth:`Store.get` after a returned write gives its bytes.
@@ -179,16 +185,15 @@ class Store(ABC):
     def __init__(self, url: str) -> None:
         self.url = url
         self.counters = RequestCounters()
-        #: check conditional writes before the first one (see probe_conditional_writes)
-        self.probe_required = True
 
     @abstractmethod
     def put_if_absent(self, path: str, data: bytes) -> bool:
         """Create ``path`` holding ``data`` if no object is there.
 
         Returns:
-            True if this call's bytes are now at ``path`` (created now, or found there after a retried write of
-            the same bytes); False if another writer's different bytes were already there.
+            True if this call's bytes are now at ``path`` (created now, or equal bytes found there: a retried
+            write of its own, or, unless the bytes carry a writer token, anyone's; see the module docstring);
+            False if different bytes were already there.
         Raises:
             CommitStateUnknownError: the write may or may not have happened and reading back failed too.
             StoreError: the store failed past the retry budget.

@@ -48,8 +48,9 @@ def open_store(
     """Open the store rooted at ``url``: a plain path, ``file:/abs``, ``file:///abs``, ``memory://name`` or
     ``s3://bucket/prefix``.
 
-    Opening reads and writes nothing. With ``probe`` (the default) the store is checked to honour conditional
-    writes before the first one this process makes (:func:`probe_conditional_writes`); ``probe=False`` trusts it.
+    Opening reads and writes nothing. Every writing path probes the store before it writes anything
+    (:func:`coordinator.probe.probe_conditional_writes`) and every reading path never does, whatever ``probe``
+    says: the argument is kept for callers that pass it, and no store is trusted unprobed.
 
     Raises:
         InvalidOptionError: the URL scheme is not supported, or a ``file:`` URL is not a local absolute path.
@@ -72,7 +73,7 @@ def open_store(
         store = S3Store(url, opts, **tuning)  # type: ignore[arg-type]
     else:
         raise InvalidOptionError(f"store URL scheme of {url!r} is not supported (use a path, file://, s3://, memory://)")
-    store.probe_required = probe
+    del probe  # accepted for compatibility; see above
     return store
 
 

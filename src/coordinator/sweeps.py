@@ -12,6 +12,7 @@ from coordinator.clock import store_now_ms
 from coordinator.decisions import ExpireRequest, abort_request, undecided_producer
 from coordinator.errors import InvalidOptionError
 from coordinator.layout import TXN_OPEN
+from coordinator.probe import probe_conditional_writes
 from coordinator.records import is_ready, parse_txn_id
 
 if TYPE_CHECKING:
@@ -23,6 +24,7 @@ def abort_open(coord: TransactionCoordinator, txn: str, *, reason: str = "aborte
     ref = parse_txn_id(txn)
     if ref is None:
         raise InvalidOptionError(f"{txn!r} is not a transaction id")
+    probe_conditional_writes(coord.store)
     if ref.kind == "a":
         return coord.abort_app(ref.app, ref.version, ref.token, reason=reason)
     meta = undecided_producer(ref, coord.log.refresh())
@@ -40,6 +42,7 @@ def repair_records(coord: TransactionCoordinator, *, damaged: bool = False) -> i
     from coordinator.partrecords import records_of
     from coordinator.txnlog import ensure_records
 
+    probe_conditional_writes(coord.store)
     st = coord.log.refresh()
     if not damaged:
         first = max(0, coord.log.checkpoint_seq + 1)
@@ -65,6 +68,7 @@ def repair_records(coord: TransactionCoordinator, *, damaged: bool = False) -> i
 
 def abort_timed_out(coord: TransactionCoordinator, now: float | None = None) -> list[str]:
     """The work of :meth:`TransactionCoordinator.abort_timed_out` (its docstring states the contract)."""
+    probe_conditional_writes(coord.store)
     infos = coord.store.list_info(TXN_OPEN)
     t = coord.store.now() * 1000 if now is None else now
     st = coord.log.refresh()
@@ -91,6 +95,7 @@ def abort_timed_out(coord: TransactionCoordinator, now: float | None = None) -> 
 
 def expire_transactional_ids(coord: TransactionCoordinator, now: int | None = None) -> list[str]:
     """The work of :meth:`TransactionCoordinator.expire_transactional_ids` (its docstring states the contract)."""
+    probe_conditional_writes(coord.store)
     t = store_now_ms(coord.store) if now is None else now
     expired = []
     for meta in list(coord.log.refresh().producers.values()):

@@ -4,9 +4,10 @@
 **Deletion** marks the topic deleted first (``topics/<t>/meta/deleted.json``, a conditional create), so new readers
 and writers get ``TopicNotFoundError`` at once, then deletes its partitions' segments, records and checkpoints.
 The definition files stay, and the name is not reused: the transaction log keeps the partitions' offsets, so a new
-topic of the same name would not start at offset 0. A writer that cached the definition before the deletion may
-still stage and commit into the deleted folder; deleting again removes what it left. Stop the topic's writers
-first, as with Kafka.
+topic of the same name would not start at offset 0 (creating it is refused, even with the same definition: every
+definition carries a writer token, see :mod:`coordinator.topics`), and a write that starts after the deletion
+fails naming the topic. A writer that cached the definition before the deletion may still stage and commit into
+the deleted folder; deleting again removes what it left. Stop the topic's writers first, as with Kafka.
 
 **Config** changes write the next definition version (a conditional create, retried on a race), like
 ``add_partitions``: readers pick the latest version up at their next open.
@@ -21,9 +22,10 @@ from dataclasses import dataclass, field, replace
 from coordinator import parallel
 from coordinator.coordinator import TransactionCoordinator
 from coordinator.errors import InvalidOptionError
-from coordinator.layout import topic_dir, topic_meta_dir, topic_meta_path
+from coordinator.layout import topic_dir, topic_meta_dir
+from coordinator.probe import probe_conditional_writes
 from coordinator.store import Store
-from coordinator.topics import DELETED_MARKER, TopicMeta, get_topic
+from coordinator.topics import DELETED_MARKER, TopicMeta, create_definition, get_topic
 
 #: Topic config keys and what they mean (the retention the maintenance sweep applies).
 CONFIG_KEYS: dict[str, str] = {
@@ -58,10 +60,13 @@ def delete_topic(coord: TransactionCoordinator, name: str) -> TopicDeletion:
 
     Raises:
         TopicNotFoundError: no such topic (or already deleted).
+        UnsupportedStoreError: the store does not honour conditional writes (nothing is written or deleted).
         StoreError: the store failed (the topic is deleted once the marker exists; run again to finish).
     """
     store = coord.store
     plan = plan_delete_topic(store, name)
+    probe_conditional_writes(store)
+    # The marker is a fact, not a win: whoever created it (this call or a concurrent delete), the topic is deleted.
     store.put_if_absent(f"{topic_meta_dir(name)}/{DELETED_MARKER}",
                         json.dumps({"topic": name, "deleted_ms": int(store.now() * 1000)}).encode())
     coord.log.refresh()
@@ -107,17 +112,19 @@ def set_topic_config(store: Store, name: str, updates: Mapping[str, str], remove
     Raises:
         InvalidOptionError: an unknown key or a bad value.
         TopicNotFoundError: no such topic.
+        UnsupportedStoreError: the store does not honour conditional writes (nothing is written).
     """
     values = check_config(updates)
     drop = list(remove)
     for key in drop:
         if key not in CONFIG_KEYS:
             raise InvalidOptionError(f"unknown topic config {key!r} (known: {', '.join(sorted(CONFIG_KEYS))})")
+    probe_conditional_writes(store)
     while True:
         cur = get_topic(store, name)
         config = {k: v for k, v in cur.config.items() if k not in drop} | values
         if config == dict(cur.config):
             return cur
-        new = replace(cur, config=config, version=cur.version + 1)
-        if store.put_if_absent(topic_meta_path(name, new.version), new.to_bytes()):
+        new = create_definition(store, replace(cur, config=config, version=cur.version + 1))
+        if new is not None:
             return new

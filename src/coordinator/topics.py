@@ -3,13 +3,19 @@
 A topic's definition lives in ``topics/<name>/meta/<version>.json``; creating a topic is a conditional create of
 version 0, so two processes creating the same topic at once agree on one definition. Adding partitions writes the
 next version. The schema is kept as Arrow IPC bytes (base64) plus a readable field list.
+
+Every definition written carries a fresh writer token, so a conditional create that finds equal bytes is this
+writer's own (a retried write), never another writer's identical definition (see :mod:`coordinator.store`): a
+deleted topic's ``meta/0.json`` stays, and re-creating its name with the same schema must lose, not "win" and
+send writes into a topic no reader sees.
 """
 
 from __future__ import annotations
 
 import base64
+import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
@@ -35,7 +41,8 @@ DELETED_MARKER = "deleted.json"
 
 @dataclass(frozen=True)
 class TopicMeta:
-    """A topic's definition."""
+    """A topic's definition. ``token`` is the writer token of the definition file (empty for definitions not
+    written yet, and for those written before tokens existed); it takes no part in equality."""
 
     name: str
     partitions: int
@@ -43,6 +50,7 @@ class TopicMeta:
     config: Mapping[str, str] = field(default_factory=dict)
     version: int = 0
     created_ms: int = 0
+    token: str = field(default="", compare=False)
 
     def to_bytes(self) -> bytes:
         return encode_json(
@@ -55,6 +63,7 @@ class TopicMeta:
                 "config": dict(self.config),
                 "version": self.version,
                 "created_ms": self.created_ms,
+                "token": self.token,
             }
         )
 
@@ -70,9 +79,23 @@ class TopicMeta:
                 config={str(k): str(v) for k, v in d.get("config", {}).items()},
                 version=int(d["version"]),
                 created_ms=int(d.get("created_ms", 0)),
+                token=str(d.get("token", "")),
             )
         except (KeyError, TypeError, ValueError, pa.ArrowInvalid) as exc:
             raise CorruptLogError(f"topic definition {where} is corrupt: {exc}") from exc
+
+
+def create_definition(store: Store, meta: TopicMeta) -> TopicMeta | None:
+    """Conditionally create definition version ``meta.version`` of topic ``meta.name``, stamped with a fresh
+    writer token. Returns the definition as written if this call created it; None if the version exists (even with
+    the same content: that is another writer's definition, or a deleted topic's).
+
+    Raises:
+        CommitStateUnknownError: the create may or may not have happened.
+        StoreError: the store failed.
+    """
+    mine = replace(meta, token=uuid.uuid4().hex)
+    return mine if store.put_if_absent(topic_meta_path(meta.name, meta.version), mine.to_bytes()) else None
 
 
 def _check_partitions(n: object) -> int:
@@ -125,7 +148,8 @@ def create_topic(
     exist_ok: bool = False,
     created_ms: int = 0,
 ) -> TopicMeta:
-    """Create topic ``name``; with ``exist_ok``, return the existing definition if its schema is the same.
+    """Create topic ``name``; with ``exist_ok``, return the existing definition if its schema is the same. The
+    name of a deleted topic is never reused: creating it again is refused (its offsets are still in the log).
 
     The config records the key partitioner (entry ``partitioner``, :data:`coordinator.partitioner.CURRENT` unless
     ``config`` names one), so keyed writes place keys the same way for the topic's whole life.
@@ -149,9 +173,9 @@ def create_topic(
 
     probe_conditional_writes(store)
     ensure_format(store)
-    meta = TopicMeta(name, partitions, schema, cfg, 0, created_ms)
-    if store.put_if_absent(topic_meta_path(name, 0), meta.to_bytes()):
-        return meta
+    created = create_definition(store, TopicMeta(name, partitions, schema, cfg, 0, created_ms))
+    if created is not None:
+        return created
     try:
         existing = get_topic(store, name)
     except TopicNotFoundError:
@@ -174,16 +198,21 @@ def add_partitions(store: Store, name: str, total: int) -> TopicMeta:
     Raises:
         InvalidOptionError: ``total`` is below the current count.
         TopicNotFoundError: no such topic.
+        UnsupportedStoreError: the store does not honour conditional writes (nothing is written).
     """
+    from coordinator.probe import probe_conditional_writes
+
     _check_partitions(total)
+    probe_conditional_writes(store)
     while True:
         cur = get_topic(store, name)
         if total < cur.partitions:
             raise InvalidOptionError(f"topic {name!r} has {cur.partitions} partitions; cannot shrink to {total}")
         if total == cur.partitions:
             return cur
-        new = TopicMeta(name, total, cur.schema, cur.config, cur.version + 1, cur.created_ms)
-        if store.put_if_absent(topic_meta_path(name, new.version), new.to_bytes()):
+        new = create_definition(store, TopicMeta(name, total, cur.schema, cur.config, cur.version + 1,
+                                                 cur.created_ms))
+        if new is not None:
             return new
 
 

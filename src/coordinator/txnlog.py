@@ -45,7 +45,6 @@ from coordinator.logcheckpoint import ensure_records as ensure_records
 from coordinator.logcheckpoint import write_records as write_records
 from coordinator.logproof import LogProof
 from coordinator.partrecords import PartitionRecord, records_of
-from coordinator.probe import learn_verified
 from coordinator.records import Item, LogEntry, check_format, decode_json
 from coordinator.state import CoordinatorState
 from coordinator.store import Store
@@ -186,7 +185,6 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof):
         d = decode_json(data, where, "coordinator checkpoint")
         check_format(d, where)
         st = CoordinatorState.from_json(d, where)
-        learn_verified(self.store, d.get("verified", ()))
         self._loaded_at = time.monotonic()
         return st
 

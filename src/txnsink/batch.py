@@ -69,7 +69,7 @@ class TxnBatchWriter(DataSourceArrowWriter):
         )
 
     def _coordinator(self) -> TransactionCoordinator:
-        coord = TransactionCoordinator(open_store(self.plan.url, self.plan.options.store, probe=False))
+        coord = TransactionCoordinator(open_store(self.plan.url, self.plan.options.store))
         if self.plan.meta is not None:
             coord.know_topic(self.plan.meta)
         return coord
@@ -81,7 +81,7 @@ class TxnBatchWriter(DataSourceArrowWriter):
             SchemaMismatchError: the rows do not fit the topic.
             StoreError: the store failed.
         """
-        store = open_store(self.plan.url, self.plan.options.store, probe=False)
+        store = open_store(self.plan.url, self.plan.options.store)
         return stage_batches(store, self.plan, iterator, TaskIds.current(), self.txn)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:

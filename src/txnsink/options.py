@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from coordinator import InvalidOptionError, StoreOptions, check_name
 
-__all__ = ["KNOWN_OPTIONS", "WRITE_PATHS", "SinkOptions", "parse_options"]
+__all__ = ["KNOWN_OPTIONS", "MAX_STREAM_ID_CHARS", "WRITE_PATHS", "SinkOptions", "parse_options"]
 
 MAX_PARTITIONS = 10_000
 DEFAULT_SINK_TIMEOUT_MS = 24 * 3600 * 1000
@@ -21,6 +21,10 @@ DEFAULT_SINK_TIMEOUT_MS = 24 * 3600 * 1000
 DEFAULT_KEYED_TASK_BYTES = 512 * 1024 * 1024
 #: Values of ``writePath``: who writes a batch append (see :mod:`txnsink.native` and :mod:`txnsink.writerule`).
 WRITE_PATHS = ("auto", "native", "python")
+#: The longest ``transactionalId`` a streaming write takes: the file names its micro-batches stage hold the id with
+#: the query id, the batch id and the task's ids, and stay within the 255 bytes a file name may have (checked with
+#: every id at its largest).
+MAX_STREAM_ID_CHARS = 96
 
 #: Every option key the writer understands (lower case).
 KNOWN_OPTIONS = frozenset(
@@ -89,8 +93,9 @@ def _int_option(key: str, value: str, low: int, high: int) -> int:
     return n
 
 
-def parse_options(options: Mapping[str, str]) -> SinkOptions:
-    """Parse Spark writer options (case-insensitive keys) into :class:`SinkOptions`.
+def parse_options(options: Mapping[str, str], *, stream: bool = False) -> SinkOptions:
+    """Parse Spark writer options (case-insensitive keys) into :class:`SinkOptions`; ``stream``: for a streaming
+    write (its ``transactionalId`` takes at most :data:`MAX_STREAM_ID_CHARS` characters).
 
     Raises:
         InvalidOptionError: an unknown key, a missing ``topic`` or store path, or a bad value; the message names
@@ -134,6 +139,12 @@ def parse_options(options: Mapping[str, str]) -> SinkOptions:
             check_name("transactional id", tid)
         except InvalidOptionError as exc:
             raise InvalidOptionError(f"option transactionalId={tid!r} is invalid: {exc}") from None
+        if stream and len(tid) > MAX_STREAM_ID_CHARS:
+            raise InvalidOptionError(
+                f"option transactionalId={tid!r} is {len(tid)} characters; a streaming write takes at most "
+                f"{MAX_STREAM_ID_CHARS}, since the file names of its micro-batches hold it with the query id and "
+                "the batch id"
+            )
     cp = lower.get("checkpointlocation", "").strip() or None
     app = lower.get("txnappid", "").strip() or None
     version: int | None = None

@@ -34,6 +34,7 @@ from coordinator import (
     open_store,
 )
 from coordinator.partitioner import check_key
+from coordinator.probe import probe_conditional_writes
 from coordinator.segments import PRODUCER_TS
 from txnsink.options import SinkOptions, parse_options
 from txnsink.types import check_compatible, nullable, spark_to_arrow
@@ -116,13 +117,17 @@ def _column(schema: pa.Schema, name: str, kind: str) -> str | None:
 
 
 def plan_write(options: Mapping[str, str], schema: StructType) -> tuple[WritePlan, Store]:
-    """Parse ``options``, open the store and ensure the topic for a DataFrame of ``schema``.
+    """Parse ``options``, open the store and ensure the topic for a DataFrame of ``schema``; last, probe that the
+    store honours conditional writes, so every write path (batch, stream, native) is refused on the driver, before
+    any task stages a file.
 
     Raises:
         InvalidOptionError: bad options (named), an unsupported store URL, no ``topic`` option and no ``topic``
             column, a ``partitionKey`` column that is not in the DataFrame or cannot be hashed, or a
             ``_producerTimestamp`` column that is not a timestamp.
         SchemaMismatchError: the DataFrame does not fit the existing topic.
+        TopicNotFoundError: the topic was deleted (its name is not reused).
+        UnsupportedStoreError: the store does not honour conditional writes.
     """
     cfg = parse_options(options)
     arrow = spark_to_arrow(schema)
@@ -167,5 +172,6 @@ def plan_write(options: Mapping[str, str], schema: StructType) -> tuple[WritePla
             f"option partitionKey={','.join(cfg.partition_key)!r} and the DataFrame's {part_col!r} column both "
             "choose partitions; give one of them"
         )
+    probe_conditional_writes(store)  # topic creation probed already; an existing topic's writes need it too
     rotation = random.randrange(1 << 30)
     return WritePlan(cfg, store.url, meta, data, renames, topic_col, part_col, rotation, ts_col), store

@@ -120,7 +120,7 @@ class TxnStreamWriter(DataSourceStreamArrowWriter):
         return f"{self.prefix}.{query_id}"
 
     def _store(self) -> Store:
-        return open_store(self.plan.url, self.plan.options.store, probe=False)
+        return open_store(self.plan.url, self.plan.options.store)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         """Stage this task's rows as segments (invisible until the driver commits the micro-batch).
@@ -205,8 +205,9 @@ def make_stream_writer(options: Mapping[str, str], schema: StructType, overwrite
     """The streaming writer for ``df.writeStream.format("txnlog")`` (called on the driver for every micro-batch).
 
     Raises:
-        InvalidOptionError: ``outputMode("complete")``, a bad option, ``txnAppId``/``txnVersion``, or
-            ``writePath`` = ``native``.
+        InvalidOptionError: ``outputMode("complete")``, a bad option (a ``transactionalId`` longer than
+            :data:`txnsink.options.MAX_STREAM_ID_CHARS` included), ``txnAppId``/``txnVersion``, or ``writePath`` =
+            ``native``.
         SchemaMismatchError: the DataFrame does not fit the existing topic.
     """
     if overwrite:
@@ -214,7 +215,7 @@ def make_stream_writer(options: Mapping[str, str], schema: StructType, overwrite
             "outputMode('complete') is not supported: a txnlog topic is an append-only log; use outputMode "
             "'append' (or 'update', which appends each micro-batch's updated rows)"
         )
-    if parse_options(options).write_path == "native":
+    if parse_options(options, stream=True).write_path == "native":
         raise InvalidOptionError(
             "option writePath='native' is for batch writes: a streaming query writes its micro-batches through the "
             "data source (or write each one with txnsink.write inside foreachBatch)"

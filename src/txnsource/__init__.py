@@ -51,7 +51,7 @@ def read_schema(options: Mapping[str, str]) -> StructType:
     from txnsource.schema import to_spark_schema, union_schema
 
     opts = parse_options(options, streaming=None)
-    store = open_store(opts.path, opts.store, probe=False)
+    store = open_store(opts.path, opts.store)
     if opts.pattern is not None:
         opts = with_topics(opts, list_topics(store))
     return to_spark_schema(union_schema([get_topic(store, t) for t in opts.topics]))

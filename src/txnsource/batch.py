@@ -95,7 +95,7 @@ class TxnLogBatchReader(DataSourceReader):
 
         if not isinstance(partition, TxnInputPartition):
             return iter(())  # Spark's placeholder when a read plans no partitions
-        store = open_store(self.options.path, self.options.store, probe=False)
+        store = open_store(self.options.path, self.options.store)
         return read_partition(store, partition, spark_arrow_schema(self.schema))
 
 

@@ -353,7 +353,7 @@ def native_frame(spark: SparkSession, opts: ReadOptions, schema: StructType | st
     from txnsource.schema import to_spark_schema, union_schema
 
     root = spark_root(opts)
-    store = open_store(opts.path, opts.store, probe=False)
+    store = open_store(opts.path, opts.store)
     try:
         opts = with_topics(opts, list_topics(store)) if opts.pattern is not None else opts
         metas = {t: get_topic(store, t) for t in opts.topics}

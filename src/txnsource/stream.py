@@ -295,7 +295,7 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         if not isinstance(partition, TxnInputPartition):
             return iter(())
-        store = open_store(self.options.path, self.options.store, probe=False)
+        store = open_store(self.options.path, self.options.store)
         return read_partition(store, partition, spark_arrow_schema(self.schema))
 
 
@@ -314,5 +314,5 @@ def make_stream_reader(options: Mapping[str, str], schema: StructType) -> TxnLog
     opts = parse_options(options, streaming=True)
     refuse_native(opts)
     if opts.pattern is not None:
-        opts = with_topics(opts, list_topics(open_store(opts.path, opts.store, probe=False)))
+        opts = with_topics(opts, list_topics(open_store(opts.path, opts.store)))
     return TxnLogStreamReader(opts, schema)

@@ -102,7 +102,7 @@ class Settings:
         """
         if not self.store_url:
             raise InvalidOptionError(f"no store given: use --store URL, ${ENV_STORE}, or [store] url in --config")
-        store = open_store(self.store_url, self.store_options(), probe=False)
+        store = open_store(self.store_url, self.store_options())
         if not create:
             require_store(store)
         if write:

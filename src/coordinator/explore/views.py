@@ -137,12 +137,12 @@ class StoreView:
 
     @classmethod
     def open(cls, url: str, options: Mapping[str, str] | StoreOptions | None = None) -> StoreView:
-        """Open a store read-only (no conditional-write probe, which would write).
+        """Open a store to read it (reading never writes, not even the conditional-write probe).
 
         Raises:
             NoStoreError: nothing txnlog wrote is at ``url``.
         """
-        return cls(open_store(url, options, probe=False))
+        return cls(open_store(url, options))
 
     def __repr__(self) -> str:
         st = self.coordinator.log.refresh()

@@ -11,7 +11,7 @@ carries ``damaged`` (the error, naming the file) and the figures it could not re
 ```python
 from coordinator import open_store
 from coordinator import inspect as ti
-store = open_store("file:///data/lake", probe=False)
+store = open_store("file:///data/lake")
 ti.require_store(store)             # NoStoreError when nothing txnlog wrote is there
 ti.topics(store)                    # one row per topic
 ti.transactions(store)["open"]      # producer transactions that staged data and are not decided

@@ -18,6 +18,7 @@ from coordinator.layout import (
 )
 from coordinator.maintenance.common import COMPACTED_PREFIX, DEFAULT_COMPACT_TARGET_BYTES, MaintenanceReport
 from coordinator.partition import IndexedSegment
+from coordinator.probe import probe_conditional_writes
 from coordinator.records import MarkerSegment, ReplaceItem
 from coordinator.segments import PRODUCER_TS, encode_table, read_segment, stamp
 
@@ -68,9 +69,11 @@ def compact_partition(
     Raises:
         InvalidOptionError: non-positive target.
         CorruptLogError: a segment to merge fails its checksum (nothing is replaced).
+        UnsupportedStoreError: the store does not honour conditional writes (nothing is written).
     """
     if target_bytes <= 0:
         raise InvalidOptionError(f"compaction target size must be positive, got {target_bytes}")
+    probe_conditional_writes(coord.store)
     coord.log.refresh()
     plog = coord.partition(topic, partition)
     plog.refresh()

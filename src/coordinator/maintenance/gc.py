@@ -15,6 +15,7 @@ from coordinator.maintenance.common import (
     NATIVE_LEASE_MS,
     MaintenanceReport,
 )
+from coordinator.probe import probe_conditional_writes
 from coordinator.records import parse_txn_id
 from coordinator.store import ObjectInfo, Store
 
@@ -33,9 +34,13 @@ def gc_partition(
 
     Raises:
         InvalidOptionError: a negative grace period.
+        UnsupportedStoreError: the store does not honour conditional writes, so its log cannot be trusted to say
+            what is live (nothing is deleted; a dry run does not probe).
     """
     if grace_ms < 0:
         raise InvalidOptionError(f"GC grace period must not be negative, got {grace_ms}")
+    if not dry_run:
+        probe_conditional_writes(coord.store)
     infos = coord.store.list_info(data_dir(topic, partition))
     t = coord.store.now() * 1000 if now is None else now
     # A copy: the reaps below refresh the log, and every file must be judged against the state the live set
@@ -105,9 +110,13 @@ def sweep_native_staging(store: Store, *, grace_ms: int = DEFAULT_GC_GRACE_MS, n
 
     Raises:
         InvalidOptionError: a negative grace period.
+        UnsupportedStoreError: the store does not honour conditional writes (nothing is deleted; a dry run does
+            not probe).
     """
     if grace_ms < 0:
         raise InvalidOptionError(f"GC grace period must not be negative, got {grace_ms}")
+    if not dry_run:
+        probe_conditional_writes(store)
     t = store.now() * 1000 if now is None else now
     report = MaintenanceReport()
     doomed: list[ObjectInfo] = []

@@ -15,6 +15,7 @@ from coordinator.layout import (
     partition_checkpoint_dir,
 )
 from coordinator.maintenance.common import DEFAULT_GC_GRACE_MS, MaintenanceReport
+from coordinator.probe import probe_conditional_writes
 from coordinator.records import RetainItem
 
 
@@ -34,7 +35,9 @@ def apply_retention(
 
     Raises:
         StoreError: the store failed (its clock included).
+        UnsupportedStoreError: the store does not honour conditional writes (nothing is written).
     """
+    probe_conditional_writes(coord.store)
     ts = store_now_ms(coord.store) if now is None else now
     coord.log.refresh()
     plog = coord.partition(topic, partition)
@@ -67,7 +70,12 @@ def truncate_partition(coord: TransactionCoordinator, topic: str, partition: int
     """Delete partition records and checkpoints below the newest partition checkpoint older than ``grace_ms``, and
     only records of log entries the newest coordinator checkpoint covers (the checkpoint writer makes sure the
     records of entries after it exist, and would write deleted ones again). Returns how many objects were
-    deleted."""
+    deleted.
+
+    Raises:
+        UnsupportedStoreError: the store does not honour conditional writes (nothing is deleted).
+    """
+    probe_conditional_writes(coord.store)
     cdir = partition_checkpoint_dir(topic, partition)
     cks = [(n, i) for i in coord.store.list_info(cdir) if (n := parse_seq(i.path.rsplit("/", 1)[-1])) is not None]
     t = coord.store.now() * 1000 if now is None else now

@@ -13,6 +13,7 @@ from coordinator.maintenance.common import (
 from coordinator.maintenance.compaction import compact_partition
 from coordinator.maintenance.gc import gc_partition, sweep_native_staging
 from coordinator.maintenance.retention import apply_retention, truncate_partition
+from coordinator.probe import probe_conditional_writes
 from coordinator.topics import get_topic, list_topics
 
 
@@ -30,7 +31,12 @@ def maintain(
     """One maintenance pass over ``topics`` (all by default): retention from each topic's ``retention.ms`` /
     ``retention.bytes`` config, then compaction, then GC and a partition checkpoint of each partition; then a
     checkpoint and truncation of the transaction log, so opening either costs a few requests; and a sweep of the
-    staging folders native writes left behind."""
+    staging folders native writes left behind.
+
+    Raises:
+        UnsupportedStoreError: the store does not honour conditional writes (nothing is written or deleted).
+    """
+    probe_conditional_writes(coord.store)
     report = MaintenanceReport()
     for name in topics if topics is not None else list_topics(coord.store):
         meta = get_topic(coord.store, name)
