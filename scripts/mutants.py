@@ -190,9 +190,14 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- reading --------------------------------------------------------------------------------------------------
     Mutant(
         "uncommitted-read-repeats-committed", "coordinator/reader.py",
-        'if f"{ddir}/{n}" not in published]', "]",
+        "not in published and staged_file(path)]", "not in published or staged_file(path)]",
         (f"{_COORD}::test_hung_transaction_does_not_block_later_commits[memory]",),
         "read_uncommitted returns committed records a second time, as if staged by an open transaction"),
+    Mutant(
+        "merged-output-read-as-staged", "coordinator/reader.py",
+        "return txn is not None and parse_txn_id(txn) is not None", "return txn is not None",
+        ("tests/test_read_uncommitted.py::test_read_uncommitted_never_returns_a_compactions_merged_rows_as_staged[memory]",),
+        "read_uncommitted returns a compaction's merged rows (committed ones) a second time, with null offsets"),
     # -- maintenance ----------------------------------------------------------------------------------------------
     Mutant(
         "gc-deletes-open-transaction", "coordinator/maintenance/gc.py",
