@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from coordinator import (
+    CommitStateUnknownError,
     Consumer,
     CorruptLogError,
     MemoryStore,
@@ -20,6 +21,7 @@ from coordinator import (
     ProducerFencedError,
     Store,
     TransactionCoordinator,
+    faults,
     read_snapshot,
 )
 from coordinator import inspect as ti
@@ -289,6 +291,33 @@ def test_repair_log_rewrites_damaged_checkpoints_from_the_entries(backend: Backe
     assert log._decode_checkpoint(store.get(txn_checkpoint_path(7)), "7").to_json() == numbered
     assert log._decode_checkpoint(store.get(LAST_CHECKPOINT), "last").to_json() == last
     assert list(ti.verify(backend.open())) == []
+
+
+def test_a_commit_waiting_as_an_intent_when_the_log_turns_out_damaged_is_unknown_not_failed(
+        backend: Backend) -> None:
+    """G7: a request published as an intent may be decided once the log is repaired, so the damage it meets while
+    waiting is an unknown outcome (``CommitStateUnknownError``), never an error saying it was not decided."""
+    make_topic(backend.open(), partitions=1)
+    a, b = producer(backend, "a"), producer(backend, "b")
+    a.begin_transaction()
+    a.send("t", rows([1], "a"), partition=0)
+    a.flush()  # a reads the log here ...
+    commit(b, [2])  # ... b takes the next entry: a's direct try loses the race and a waits as an intent
+
+    def damage_the_winner(name: str) -> None:
+        if name == "intent.after":
+            flip(backend.open(), txn_log_path(fresh_state_quietly(backend)))
+
+    with faults.injected(damage_the_winner), pytest.raises(CommitStateUnknownError, match="txnlog repair --log"):
+        a.commit_transaction()
+    TransactionCoordinator(backend.open()).repair_log(execute=True)
+    a.commit_transaction()  # learns its outcome: its intent is decided now
+    assert sorted(i for _p, _o, i in read(backend)) == [1, 2]
+
+
+def fresh_state_quietly(backend: Backend) -> int:
+    """The number of the last entry, listed (no entry read)."""
+    return max(int(n[:20]) for n in backend.open().list("_txn/log") if n.endswith(".json"))
 
 
 def test_a_damaged_partition_record_error_says_what_to_run(backend: Backend) -> None:

@@ -57,7 +57,8 @@ NEVER_COPIED = ("decisions no other copy holds cannot be listed: aborts, refusal
                 "no record (consumer-group offsets committed outside a transaction) or whose records were never "
                 "written (their writer failed right after the commit point), inits of producers that did nothing "
                 "since; their requesters meet the rebuilt state at their next call (a producer whose init or abort "
-                "was lost is refused, ProducerFencedError or InvalidTxnStateError, and initialises again)")
+                "was lost is refused, ProducerFencedError or InvalidTxnStateError, and initialises again; an epoch "
+                "a lost init or timeout abort fenced is current again, and its zombie could still commit)")
 
 
 @dataclass(frozen=True)
