@@ -203,6 +203,20 @@ def test_repair_log_rebuilds_a_damaged_entry_above_every_checkpoint_from_the_cop
     assert list(ti.verify(backend.open())) == []
 
 
+def test_a_rebuilt_last_entry_whose_token_no_copy_held_links_to_the_entry_its_writer_appends_next(
+        backend: Backend) -> None:
+    _a, b = tail_store(backend)  # b wrote the last entry, and its process still holds that entry's token
+    seq = fresh_state(backend).seq
+    want = read(backend)
+    backend.open().put(txn_log_path(seq), b"")  # nothing legible: no copy holds its writer token
+    [obj] = TransactionCoordinator(backend.open()).repair_log(execute=True).objects
+    assert obj.action == "rebuild" and any(line.startswith("writer token") for line in obj.assumed)
+    commit(b, [70], partitions=(1,))  # its entry names the lost token as its predecessor
+    commit(producer(backend, "c"), [80], partitions=(0,))
+    assert read(backend) == sorted([*want, (1, 6, 70), (0, 6, 80)])
+    assert list(ti.verify(backend.open())) == []
+
+
 def test_repair_log_rebuilds_an_init_only_the_damaged_entry_held_from_the_entry_after_it(backend: Backend) -> None:
     make_topic(backend.open(), partitions=1)
     commit(producer(backend, "a"), [1])  # entries 0, 1
@@ -268,6 +282,8 @@ def test_repair_log_rebuilds_a_covered_entry_only_when_its_checkpoint_confirms_i
     flip(store, txn_log_path(5))
     [obj] = TransactionCoordinator(store).repair_log(execute=True).objects
     assert (obj.seq, obj.covered, obj.action) == (5, True, "leave") and "do not reproduce" in obj.why
+    [problem] = ti.verify(store)
+    assert problem.path == txn_log_path(5) and "the checkpoint at entry 7 covers it" in problem.message
     assert plan.ok and fresh_state(backend).group_offsets("g") == {"t": {0: 1}}
     assert sorted(i for _p, _o, i in read(backend)) == list(range(7))
 

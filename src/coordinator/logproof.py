@@ -153,13 +153,13 @@ class LogProof:
                 tok = self._decode_checkpoint(self.store.get(where), where).token_of(entry.seq)
             except (FileNotFoundError, CorruptLogError):
                 continue
-            if tok is not None:
+            if tok:  # "" (a rebuilt entry whose token no copy held) tells nothing
                 return tok == entry.writer
         try:
             tok = self._decode_checkpoint(self.store.get(LAST_CHECKPOINT), LAST_CHECKPOINT).token_of(entry.seq)
         except (FileNotFoundError, CorruptLogError):
             tok = None
-        return None if tok is None else tok == entry.writer
+        return tok == entry.writer if tok else None
 
     def _drop_ghost(self, entry: LogEntry) -> None:
         """Delete ghost ``entry`` and stop suspecting it; a failed delete leaves it a suspect (logged)."""

@@ -10,8 +10,9 @@ The state before the entry is exact (a checkpoint and the readable entries after
   sequence numbers from its segment names (``<txn>~<seq>``);
 * **intents** still in ``_txn/intents/``: a commit's whole request (group offsets included), re-decided against the
   state and used only when it decides the same offsets the records hold;
-* **the entries after it**: the next one's ``prev`` is the entry's writer token; a commit or abort there made as
-  an epoch the state does not know proves the entry registered that epoch (an init, rebuilt);
+* **the entries after it**: the next one's ``prev`` is the entry's writer token (as is a covering checkpoint's
+  token window); a commit or abort there made as an epoch the state does not know proves the entry registered that
+  epoch (an init, rebuilt);
 
 and what none of them holds is named, never guessed. The rebuilt entry's partition records are those it was
 rebuilt from, byte for byte.
@@ -129,7 +130,8 @@ def rebuild_entry(store: Store, seq: int, before: CoordinatorState, *, later: Se
         items.append(item)
     _waiting(seq, items, scratch, later, intents, notes)
     _legible(raw, items, notes)
-    writer = nxt.prev if nxt is not None and nxt.prev else _writer_in(raw)
+    writer = (nxt.prev if nxt is not None and nxt.prev else None) or \
+        (known.token_of(seq) if known is not None else None) or _writer_in(raw)
     if not writer:
         notes.assumed.append("writer token: no copy holds it (left empty: the entries after it link to it as to "
                              "an entry of unknown token)")

@@ -352,7 +352,7 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof, LogDamage):
     def _jump_to(self, ck: CoordinatorState) -> None:
         self._reset(ck)
         self._jumped_at = ck.seq
-        self._jumped_token = ck.token_of(ck.seq)
+        self._jumped_token = ck.token_of(ck.seq) or None  # "": a rebuilt entry whose token no copy held
 
     def _apply(self, entry: LogEntry) -> None:
         """Apply ``entry`` (the next one, linked to the view) to the view, unproven."""

@@ -118,35 +118,40 @@ def verify(store: Store, *, progress: ProgressFn | None = None,
     names = store.list(TXN_LOG)
     ckpts = _numbered(store, TXN_CHECKPOINT)
     problems += _dense(names, TXN_LOG, ckpts, "transaction log")
+    readable: list[int] = []
+    for path in [f"{TXN_CHECKPOINT}/{seq_name(c)}" for c in ckpts] + [LAST_CHECKPOINT]:
+        try:
+            d = decode_json(store.get(path), path, "coordinator checkpoint")
+            check_format(d, path)
+            readable.append(CoordinatorState.from_json(d, path).seq)
+        except TxnLogError as exc:
+            problems.append(Problem(path, "corrupt", f"{exc}: {REPAIR_LOG_HINT}"))
+        except FileNotFoundError:
+            continue
     entries: dict[int, LogEntry] = {}
     for n in names:
-        if parse_seq(n) is None:
+        seq = parse_seq(n)
+        if seq is None:
             continue
         path = f"{TXN_LOG}/{n}"
+        cover = min((c for c in readable if c >= seq), default=None)
+        fix = REPAIR_LOG_HINT if cover is None else (
+            f"the checkpoint at entry {cover} covers it, so no reader needs it and truncation deletes it; "
+            "`txnlog repair --log` rebuilds it if the other copies reproduce that checkpoint")
         try:
             data = store.get(path)
             e = LogEntry.from_bytes(data, path)
-            if e.seq != parse_seq(n):
-                problems.append(Problem(path, "corrupt", f"transaction log entry {path} holds entry {e.seq}: "
-                                                         f"{REPAIR_LOG_HINT}"))
+            if e.seq != seq:
+                problems.append(Problem(path, "corrupt", f"transaction log entry {path} holds entry {e.seq}: {fix}"))
             else:
                 entries[e.seq] = e
                 note = rebuilt_note(data, path)
                 if note is not None:
                     problems.rebuilt[path] = note
         except TxnLogError as exc:
-            problems.append(Problem(path, "corrupt", f"{exc}: {REPAIR_LOG_HINT}"))
+            problems.append(Problem(path, "corrupt", f"{exc}: {fix}"))
         except FileNotFoundError:
             problems.append(Problem(path, "missing", f"transaction log entry {path} vanished while listed"))
-    for path in [f"{TXN_CHECKPOINT}/{seq_name(c)}" for c in ckpts] + [LAST_CHECKPOINT]:
-        try:
-            d = decode_json(store.get(path), path, "coordinator checkpoint")
-            check_format(d, path)
-            CoordinatorState.from_json(d, path)
-        except TxnLogError as exc:
-            problems.append(Problem(path, "corrupt", f"{exc}: {REPAIR_LOG_HINT}"))
-        except FileNotFoundError:
-            continue
     counts: dict[tuple[str, int], int] = {}
     newest_ck = max(ckpts, default=-1)
     try:
