@@ -82,7 +82,8 @@ def fresh_state(backend: Backend) -> CoordinatorState:
 # -- damage a readable checkpoint covers ----------------------------------------------------------------------------
 
 
-def test_a_damaged_entry_a_checkpoint_covers_stops_no_reader_or_producer(backend: Backend) -> None:
+@pytest.mark.parametrize("victim", [1, 3], ids=["read-by-name", "read-in-a-listing"])
+def test_a_damaged_entry_a_checkpoint_covers_stops_no_reader_or_producer(backend: Backend, victim: int) -> None:
     make_topic(backend.open(), partitions=2)
     early = producer(backend, "early", interval=4)  # entry 0; its process keeps a view older than the damage
     watcher = TransactionCoordinator(backend.open())
@@ -92,7 +93,7 @@ def test_a_damaged_entry_a_checkpoint_covers_stops_no_reader_or_producer(backend
         commit(busy, [i], partitions=(i % 2,))  # entries 2..7: the checkpoint at 7 covers them
     assert TransactionCoordinator(backend.open()).log.last_checkpoint().seq == 7  # type: ignore[union-attr]
     want = read(backend)
-    flip(backend.open(), txn_log_path(3))
+    flip(backend.open(), txn_log_path(victim))  # 1: the next entry the views below ask for by name
     # A view older than the damage jumps over it to the checkpoint ...
     assert watcher.log.refresh().seq == 7
     # ... a producer whose view is older commits on ...
