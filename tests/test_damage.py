@@ -28,7 +28,7 @@ from coordinator import inspect as ti
 from coordinator.coordinator import ProducerIdentity
 from coordinator.layout import LAST_CHECKPOINT, marker_path, txn_checkpoint_path, txn_log_path
 from coordinator.state import CoordinatorState
-from core_helpers import Backend, make_topic, rows
+from core_helpers import Backend, LostReplyStore, make_topic, rows
 from s3_lake import S3Lake
 
 
@@ -189,7 +189,7 @@ def test_repair_log_rebuilds_a_damaged_entry_above_every_checkpoint_from_the_cop
     [obj] = plan.objects
     assert (obj.path, obj.kind, obj.action, obj.covered) == (victim, "entry", "rebuild", False)
     assert any("commit p.0.0.2 of 'a'" in line for line in obj.recovered)
-    assert any("consumer-group offsets" in line for line in obj.lost)
+    assert any(line.startswith("consumer-group offsets committed with p.0.0.2") for line in obj.lost)
     assert coord.store.get(victim) == damaged
     coord.repair_log(execute=True)
     # every acknowledged commit reads back at its offsets, and the state is the one before the damage
@@ -202,6 +202,39 @@ def test_repair_log_rebuilds_a_damaged_entry_above_every_checkpoint_from_the_cop
     commit(producer(backend, "c"), [60], partitions=(1,))
     assert read(backend) == sorted([*want, (0, 6, 50), (1, 6, 60)])
     assert list(ti.verify(backend.open())) == []
+
+
+class KeepsIntents(LostReplyStore):
+    """A real store on which deleting an intent fails quietly (a writer that died before its background delete):
+    decided intents stay in ``_txn/intents/``."""
+
+    def delete(self, path: str) -> None:
+        if not path.startswith("_txn/intents/"):
+            self.inner.delete(path)
+
+
+def test_repair_log_takes_what_only_an_intent_held_when_it_decides_as_the_records_show(backend: Backend) -> None:
+    make_topic(backend.open(), partitions=2)
+    store = KeepsIntents(backend.open())
+    a = Producer(store, "a", coordinator=TransactionCoordinator(store, checkpoint_interval=100))
+    a.init_transactions()
+    b = producer(backend, "b")
+    a.begin_transaction()
+    a.send("t", rows([1, 2], "a"), partition=0)
+    a.send("t", rows([3], "a"), partition=1)
+    a.send_offsets_to_transaction({"t": {0: 7}}, group_id="g")
+    a.flush()
+    commit(b, [4])  # a's direct try loses the race: a waits as an intent, then decides it itself
+    a.commit_transaction()
+    before = fresh_state(backend)
+    assert before.group_offsets("g") == {"t": {0: 7}} and backend.open().list("_txn/intents")
+    want = read(backend)
+    flip(backend.open(), txn_log_path(before.seq))
+    [obj] = TransactionCoordinator(backend.open()).repair_log(execute=True).objects
+    assert any("from its partition records and its intent" in line for line in obj.recovered)
+    assert not any(line.startswith("consumer-group offsets committed with") for line in obj.lost)
+    assert fresh_state(backend).to_json() == before.to_json()  # the group offsets included
+    assert read(backend) == want
 
 
 def test_a_rebuilt_last_entry_whose_token_no_copy_held_links_to_the_entry_its_writer_appends_next(

@@ -280,15 +280,28 @@ def _decided(store: Store, seq: int, key: _Key, found: Mapping[tuple[str, int], 
     parts = tuple(PartAssign(t, q, op.base, op.segments) for (t, q), rec in sorted(found.items())
                   for op in rec.ops if isinstance(op, CommitOp) and op.txn == txn)
     where = ", ".join(f"{a.topic}/{a.partition} [{a.base}, {a.base + a.rows})" for a in parts)
+    ref = parse_txn_id(txn)
+    out: list[Item] = []
+    meta = None
+    if ref is not None and ref.kind == "p":
+        meta = scratch.producer_by_pid(ref.pid)
+        if meta is None or meta.epoch != ref.epoch:
+            tid = meta.tid if meta is not None else _tid_of(ref.pid, intents, later, store, txn)
+            init = _init_for(seq, ref.pid, ref.epoch, tid, scratch, intents, notes, proof=f"commit {txn}")
+            meta = None
+            if init is not None:
+                out.append(init)
+                scratch = scratch.copy()
+                scratch.apply_item(init, ts)
+                meta = scratch.producer_by_pid(ref.pid)
     req = intents.get("c-" + txn)
     if isinstance(req, TxnRequest) and not req.abort:
         item = decide(req, scratch.copy(), ts)
         if isinstance(item, CommitItem) and tuple(a for a in item.parts if a.rows) == parts:
             notes.recovered.append(f"commit {txn} ({where}): from its partition records and its intent")
-            return [item]
+            return [*out, item]
         notes.assumed.append(f"commit {txn}: its intent decides otherwise against the rebuilt state; rebuilt from "
                              "its partition records alone")
-    ref = parse_txn_id(txn)
     offsets_unknown.append(txn)
     if ref is None:
         notes.assumed.append(f"commit {txn} ({where}): its transaction id names no producer or application")
@@ -297,27 +310,19 @@ def _decided(store: Store, seq: int, key: _Key, found: Mapping[tuple[str, int], 
         notes.recovered.append(f"commit {txn} ({where}): version {ref.version} of application {ref.app!r}, from "
                                "its partition records and transaction id")
         return [CommitItem("c-" + txn, txn=txn, app=ref.app, version=ref.version, token=ref.token, parts=parts)]
-    out: list[Item] = []
-    meta = scratch.producer_by_pid(ref.pid)
-    if meta is None or meta.epoch != ref.epoch:
-        tid = meta.tid if meta is not None else _tid_of(ref.pid, intents, later, store, txn)
-        init = _init_for(seq, ref.pid, ref.epoch, tid, scratch, intents, notes, proof=f"commit {txn}")
-        if init is None:
-            notes.recovered.append(f"commit {txn} ({where}): from its partition records")
-            notes.lost.append(f"the producer of {txn} (pid {ref.pid} epoch {ref.epoch}): no copy names its "
-                              "transactional id; it is refused at its next commit and initialises again")
-            return [CommitItem("c-" + txn, txn=txn, pid=ref.pid, epoch=ref.epoch, n=ref.n, parts=parts)]
-        out.append(init)
-        scratch = scratch.copy()
-        scratch.apply_item(init, ts)
-        meta = scratch.producer_by_pid(ref.pid)
-        assert meta is not None
-    if ref.n != meta.last_txn + 1:
-        notes.lost.append(f"transactions {meta.last_txn + 1}..{ref.n - 1} of {meta.tid!r} (epoch {ref.epoch}) were "
-                          f"decided before {txn}, by this entry or one before: no copy says how")
+    if meta is None:
+        notes.recovered.append(f"commit {txn} ({where}): from its partition records")
+        notes.lost.append(f"the producer of {txn} (pid {ref.pid} epoch {ref.epoch}): no copy names its "
+                          "transactional id; it is refused at its next commit and initialises again")
+        return [CommitItem("c-" + txn, txn=txn, pid=ref.pid, epoch=ref.epoch, n=ref.n, parts=parts)]
+    if ref.n > meta.last_txn + 1:
+        notes.lost.append(f"transactions {meta.last_txn + 1}..{ref.n - 1} of {meta.tid!r} (epoch {ref.epoch}): "
+                          f"decided by this entry before {txn}, and no copy says how")
+    elif ref.n <= meta.last_txn:
+        notes.assumed.append(f"commit {txn}: the state before already decided transaction {meta.last_txn} of "
+                             f"{meta.tid!r}; taken as it stands")
     seqs = _sequences(txn, parts)
-    spark = any("~spark-" in s.path for a in parts for s in a.segments)
-    if spark:
+    if any("~spark-" in s.path for a in parts for s in a.segments):
         notes.lost.append(f"the application version (txnAppId) of Spark batch commit {txn}, if it had one: a rerun of "
                           "that version is not recognised as done")
     if meta.ephemeral:
