@@ -14,8 +14,8 @@ The state before the entry is exact (a checkpoint and the readable entries after
   token window); a commit or abort there made as an epoch the state does not know proves the entry registered that
   epoch (an init, rebuilt);
 
-and what none of them holds is named, never guessed. The rebuilt entry's partition records are those it was
-rebuilt from, byte for byte.
+and what none of them holds is named, never guessed. The partition records the rebuilt entry defines are those it
+was rebuilt from (checked).
 """
 
 from __future__ import annotations
