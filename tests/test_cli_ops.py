@@ -30,7 +30,7 @@ from coordinator import (
 )
 from coordinator import inspect as ti
 from coordinator.cli import main
-from coordinator.layout import marker_path
+from coordinator.layout import marker_path, txn_log_path
 
 CONSOLE = Path(sys.executable).parent / "txnlog"
 
@@ -256,6 +256,48 @@ def test_compact_gc_and_repair(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert run_json(capsys, "--store", lake.url, "repair")["records"] == []
     assert main(["--store", lake.url, "gc", "--grace", "-1"]) == 2
     assert main(["--store", lake.url, "compact", "nope"]) == 3
+
+
+def test_repair_log_is_a_dry_run_until_executed_then_readers_and_producers_go_on(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lake = build_lake(str(tmp_path / "lake"))
+    from coordinator import Producer
+
+    p = Producer(lake.open(), "more")
+    p.init_transactions()
+    for i in range(4):
+        with p.transaction():
+            p.send(TOPIC, [{"id": 200 + i, "name": "m"}], partition=i % 2)
+    p.coordinator.log.flush()
+    store = lake.open()
+    seq = TransactionCoordinator(store).log.refresh().seq
+    want = committed_ids(store)
+    victim = txn_log_path(seq - 1)  # above every checkpoint: it stops every reader and writer
+    damaged = b"#" + store.get(victim)[1:]
+    store.put(victim, damaged)
+    code, out, _ = run(capsys, "--store", lake.url, "verify")
+    assert code == 1 and victim in out and "txnlog repair --log" in out
+    code, _, err = run(capsys, "--store", lake.url, "describe", TOPIC)
+    assert code == 1 and victim in err and "txnlog repair --log" in err
+    # the repair of partition records names the entry instead of failing on it
+    code, out, err = run(capsys, "--store", lake.url, "repair")
+    assert code == 0 and victim in err and "--log" in err
+    code, out, _ = run(capsys, "--store", lake.url, "repair", "--log")
+    assert code == 0 and out.startswith(f"{victim} (entry, above every readable checkpoint): would rebuild")
+    assert "recovered: commit p." in out and "lost: " in out and "run again with --execute" in out
+    assert store.get(victim) == damaged
+    r = run_json(capsys, "--store", lake.url, "repair", "--log")
+    assert r["dry_run"] is True and r["ok"] is True and [o["action"] for o in r["objects"]] == ["rebuild"]
+    code, out, _ = run(capsys, "--store", lake.url, "repair", "--log", "--execute")
+    assert code == 0 and "rebuilt: no readable checkpoint covers it" in out and "repaired 1 object(s)" in out
+    assert committed_ids(lake.open()) == want
+    code, out, _ = run(capsys, "--store", lake.url, "verify")
+    assert code == 0 and f"{victim} was rebuilt by 'txnlog repair --log'" in out
+    assert run_json(capsys, "--store", lake.url, "repair", "--log") == {"dry_run": True, "ok": True, "objects": []}
+    data = tmp_path / "more.jsonl"
+    data.write_text(json.dumps({"id": 300, "name": "after"}) + "\n")
+    assert run(capsys, "--store", lake.url, "produce", TOPIC, str(data), "--partition", "0")[0] == 0
+    assert committed_ids(lake.open()) == sorted([*want, 300])
 
 
 # -- the daemon ---------------------------------------------------------------------------------------------------

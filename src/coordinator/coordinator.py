@@ -32,6 +32,7 @@ from coordinator.errors import (
     TopicNotFoundError,
 )
 from coordinator.layout import check_name, open_path
+from coordinator.logrepair import LogRepairPlan, execute_log_repair, plan_log_repair
 from coordinator.partition import DEFAULT_CHECKPOINT_INTERVAL as PARTITION_CHECKPOINT_INTERVAL
 from coordinator.partition import PartitionLog
 from coordinator.records import (
@@ -459,6 +460,22 @@ class TransactionCoordinator:
             UnsupportedStoreError: the store does not honour conditional writes (nothing is written).
         """
         return sweeps.repair_records(self, damaged=damaged)
+
+    def repair_log(self, *, execute: bool = False) -> LogRepairPlan:
+        """What rebuilding the damaged transaction log entries and checkpoints from the copies other objects hold
+        would do (partition records, checkpoints, the entries after, intents; see :mod:`coordinator.logrepair`),
+        done when ``execute``. A damaged entry above every readable checkpoint stops every reader and writer until
+        this runs; the plan names what each rebuilt entry recovered, what it assumed and what no copy holds. Stop
+        the store's writers before executing it (a process still holding the damaged entry's decisions in memory
+        would go on from them).
+
+        Raises:
+            StoreError: the store failed.
+        """
+        plan = plan_log_repair(self.store)
+        if execute:
+            execute_log_repair(self.store, plan)
+        return plan
 
     # -- sweeps -----------------------------------------------------------------------------------------------
 

@@ -36,6 +36,14 @@ class CorruptLogError(TxnLogError):
     """A log entry, marker, checkpoint or segment file could not be decoded or failed its checksum."""
 
 
+#: What an operator runs about a damaged transaction log entry or coordinator checkpoint (``docs/cli.md``).
+REPAIR_LOG_HINT = ("run `txnlog repair --log` to see what the other copies (partition records, checkpoints, later "
+                   "entries, intents) hold of it, then `txnlog repair --log --execute` to rebuild it")
+#: What an operator runs about a damaged or missing partition record (``docs/cli.md``).
+REPAIR_RECORDS_HINT = ("`txnlog repair --execute` rewrites it from the log entry that defines it while that entry is "
+                       "retained (`txnlog verify` names every damaged file)")
+
+
 class TopicNotFoundError(TxnLogError):
     """The named topic does not exist in the store."""
 

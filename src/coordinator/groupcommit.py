@@ -159,8 +159,9 @@ class GroupCommit:
         Returns:
             the outcome (see :class:`~coordinator.decisions.Outcome`).
         Raises:
-            CommitStateUnknownError: the store could not say whether the deciding entry was written, or failed
-                after ``req`` was published as an intent (another process may still decide it).
+            CommitStateUnknownError: the store could not say whether the deciding entry was written, or failed (or
+                the log turned out damaged) after ``req`` was published as an intent (another process may still
+                decide it).
             ConcurrentCommitError: undecided after :data:`SUBMIT_BUDGET_S` seconds.
             StoreError, CorruptLogError: the store failed or the log is damaged (``req`` was not decided).
             UnsupportedStoreError: the store does not honour conditional writes (nothing was written).
@@ -193,11 +194,11 @@ class GroupCommit:
                 if not readable:
                     raise
                 won = None
-            except StoreError as exc:
-                if wrote_intent:
+            except (StoreError, CorruptLogError) as exc:
+                if wrote_intent:  # the intent may still be decided (once the store answers, or the log is repaired)
                     raise CommitStateUnknownError(
-                        f"the store failed while request {req.id} was waiting to be decided; it may still be: "
-                        f"{exc}") from exc
+                        f"the store failed or the log is damaged while request {req.id} was waiting to be decided; "
+                        f"it may still be: {exc}") from exc
                 raise
             if result is not None:
                 self._waited.pop(req.id, None)
@@ -242,10 +243,10 @@ class GroupCommit:
                     time.sleep(random.uniform(0, 2.5) * POLL_S)
                     with self._lock:
                         self._catch_up()
-                except StoreError as exc:
+                except (StoreError, CorruptLogError) as exc:
                     raise CommitStateUnknownError(
-                        f"the store failed while request {req.id} was waiting to be decided; it may still be: "
-                        f"{exc}") from exc
+                        f"the store failed or the log is damaged while request {req.id} was waiting to be decided; "
+                        f"it may still be: {exc}") from exc
                 idle = patience if self.state.seq == lost_at else 0
                 last_seq = self.state.seq
             elif wrote_intent:

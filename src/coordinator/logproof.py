@@ -52,7 +52,7 @@ class LogProof:
         _jumped_token: str | None
         _waited: OrderedDict[str, int]
 
-        def _get_entry(self, seq: int) -> LogEntry | None: ...
+        def _read_entry(self, seq: int) -> LogEntry | CorruptLogError | None: ...
         def _take_decisions(self, entry: LogEntry) -> None: ...
         def _decode_checkpoint(self, data: bytes, where: str) -> CoordinatorState: ...
         def _read_last_checkpoint(self, above: int = -1) -> CoordinatorState | None: ...
@@ -62,9 +62,10 @@ class LogProof:
 
     def _links(self, entry: LogEntry) -> bool:
         """Whether ``entry`` (the next one after the view) names the view's last entry as its predecessor (True
-        when either token is unknown: an entry or checkpoint written before entries were chained)."""
+        when either token is unknown: an entry or checkpoint written before entries were chained, or an entry
+        rebuilt by ``txnlog repair --log`` whose writer token no copy held)."""
         tok = self.state.token_of(self.state.seq)
-        return not entry.prev or tok is None or entry.prev == tok
+        return not entry.prev or not tok or entry.prev == tok
 
     def _checkpoints_above(self, seq: int) -> list[int]:
         """The numbered checkpoints above entry ``seq``, ascending (one LIST).
@@ -158,13 +159,13 @@ class LogProof:
                 tok = self._decode_checkpoint(self.store.get(where), where).token_of(entry.seq)
             except (FileNotFoundError, CorruptLogError):
                 continue
-            if tok is not None:
+            if tok:  # "" (a rebuilt entry whose token no copy held) tells nothing
                 return tok == entry.writer
         try:
             tok = self._decode_checkpoint(self.store.get(LAST_CHECKPOINT), LAST_CHECKPOINT).token_of(entry.seq)
         except (FileNotFoundError, CorruptLogError):
             tok = None
-        return None if tok is None else tok == entry.writer
+        return tok == entry.writer if tok else None
 
     def _drop_ghost(self, entry: LogEntry) -> None:
         """Delete ghost ``entry`` and stop suspecting it; a failed delete leaves it a suspect (logged)."""
@@ -201,7 +202,7 @@ class LogProof:
         """Look for the item that decided ``request_id`` among entries ``(after, upto]``, which this process jumped
         over to the checkpoint at ``upto``. Only entries proven the log's count: walking down from ``upto``, each
         must carry the token the entry above it names as its predecessor (the checkpoint names ``upto``'s), so a
-        ghost left below the checkpoint is never taken for a decision.
+        ghost left below the checkpoint is never taken for a decision. A damaged entry counts as gone.
 
         Raises:
             CommitStateUnknownError: with ``gaps_unknown``, not found while some of those entries are gone or
@@ -212,9 +213,15 @@ class LogProof:
         top = upto
         while top > after:
             seqs = range(max(after + 1, top - _FIND_CHUNK + 1), top + 1)
-            got = dict(zip(seqs, parallel.pmap(self._get_entry, seqs), strict=True))
+            got = dict(zip(seqs, parallel.pmap(self._read_entry, seqs), strict=True))
             for seq in reversed(seqs):
                 entry = got[seq]
+                if isinstance(entry, CorruptLogError):
+                    if gaps_unknown:
+                        raise CommitStateUnknownError(
+                            f"request {request_id} waited while log entry {seq} was written, and that entry is "
+                            f"damaged now ({entry}): it may have decided it; read the data to find out")
+                    return None
                 if entry is None or (expected is not None and entry.writer != expected):
                     if gaps_unknown:
                         raise CommitStateUnknownError(

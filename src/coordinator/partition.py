@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from coordinator import faults, parallel
-from coordinator.errors import CorruptLogError, OffsetOutOfRangeError, UnsupportedFormatError
+from coordinator.errors import REPAIR_RECORDS_HINT, CorruptLogError, OffsetOutOfRangeError, UnsupportedFormatError
 from coordinator.layout import (
     marker_dir,
     marker_path,
@@ -213,7 +213,7 @@ class PartitionLog:
                     raise _Behind()
                 raise CorruptLogError(
                     f"partition record {marker_path(self.topic, self.partition, idx)} is missing and no "
-                    "retained log entry defines it"
+                    f"retained log entry this process read defines it; {REPAIR_RECORDS_HINT}"
                 )
             self._apply(rec, marker_path(self.topic, self.partition, idx))
             idx += 1
@@ -224,15 +224,16 @@ class PartitionLog:
             return idx, PartitionRecord.from_bytes(self.store.get(path), path)
         except FileNotFoundError:
             return idx, None
-        except CorruptLogError:
+        except CorruptLogError as exc:
             computed = self.log.record_source(self.topic, self.partition, idx) if self.log else None
             if computed is None:
-                raise
+                raise CorruptLogError(f"{exc}; {REPAIR_RECORDS_HINT}") from exc
             return idx, computed
 
     def _apply(self, rec: PartitionRecord, where: str) -> None:
         if rec.idx != self.next_idx:
-            raise CorruptLogError(f"partition record {where} does not follow record {self.next_idx - 1}")
+            raise CorruptLogError(f"partition record {where} is damaged: it does not follow record "
+                                  f"{self.next_idx - 1}; {REPAIR_RECORDS_HINT}")
         for op in rec.ops:
             if isinstance(op, CommitOp):
                 self._apply_commit(op, rec, where)
@@ -246,8 +247,8 @@ class PartitionLog:
     def _apply_commit(self, op: CommitOp, rec: PartitionRecord, where: str) -> None:
         if op.base != self.end_offset:
             raise CorruptLogError(
-                f"partition record {where}: transaction {op.txn} starts at offset {op.base}, but the partition ends "
-                f"at {self.end_offset}"
+                f"partition record {where} is damaged: transaction {op.txn} starts at offset {op.base}, but the "
+                f"partition ends at {self.end_offset}; {REPAIR_RECORDS_HINT}"
             )
         off = op.base
         for s in op.segments:
@@ -263,7 +264,8 @@ class PartitionLog:
         j = i + len(op.replaces)
         old = self.segments[i:j]
         if tuple(s.path for s in old) != op.replaces or not old or old[-1].end_offset != op.end:
-            raise CorruptLogError(f"compaction record {where} does not match the live segments it replaces")
+            raise CorruptLogError(f"compaction record {where} is damaged: it does not match the live segments it "
+                                  f"replaces; {REPAIR_RECORDS_HINT}")
         seg = op.segment
         merged = IndexedSegment(seg.path, op.base, op.end - op.base, seg.size, seg.crc32, op.runs[0][1],
                                 max(r[2] for r in op.runs), "", op.runs)

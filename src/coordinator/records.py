@@ -471,7 +471,10 @@ class LogEntry:
 
 
 def check_format(d: dict[str, Any], where: str) -> None:
-    """Raises: UnsupportedFormatError when ``d`` was written by another store format."""
+    """Raises: UnsupportedFormatError when ``d`` was written by another store format; CorruptLogError when it carries
+    no format at all (every txnlog record of every format does: such an object is damaged)."""
+    if "v" not in d:
+        raise CorruptLogError(f"{where} is damaged: it carries no txnlog store format")
     v = d.get("v")
     if v != FORMAT_VERSION:
         raise UnsupportedFormatError(

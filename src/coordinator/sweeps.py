@@ -5,18 +5,21 @@ records. Each function is the work of the coordinator method of the same name, w
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import TYPE_CHECKING
 
 from coordinator.clock import store_now_ms
 from coordinator.decisions import ExpireRequest, abort_request, undecided_producer
-from coordinator.errors import InvalidOptionError
+from coordinator.errors import CorruptLogError, InvalidOptionError
 from coordinator.layout import TXN_OPEN
 from coordinator.probe import probe_conditional_writes
 from coordinator.records import is_ready, parse_txn_id
 
 if TYPE_CHECKING:
     from coordinator.coordinator import TransactionCoordinator
+
+log = logging.getLogger(__name__)
 
 
 def abort_open(coord: TransactionCoordinator, txn: str, *, reason: str = "aborted by operator") -> bool:
@@ -53,7 +56,12 @@ def repair_records(coord: TransactionCoordinator, *, damaged: bool = False) -> i
     seqs = [n for n in (parse_seq(x) for x in coord.store.list(TXN_LOG)) if n is not None]
     written = 0
     for seq in seqs:
-        for (t, p), rec in records_of(coord.log.entry(seq)).items():
+        try:
+            entry = coord.log.entry(seq)
+        except CorruptLogError as exc:
+            log.warning("%s", exc)  # damaged: its records are its copies (``repair_log`` rebuilds it from them)
+            continue
+        for (t, p), rec in records_of(entry).items():
             path = marker_path(t, p, rec.idx)
             want = rec.to_bytes()
             try:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from coordinator import parallel
 from coordinator.decisions import Outcome, Request, decided_by_name, fenced, outcome, outcome_of_item
-from coordinator.errors import CommitStateUnknownError, CorruptLogError, InvalidOptionError, StoreError
+from coordinator.errors import REPAIR_LOG_HINT, CommitStateUnknownError, CorruptLogError, InvalidOptionError, StoreError
 from coordinator.groupcommit import GroupCommit
 from coordinator.groupcommit import ensure_format as ensure_format
 from coordinator.layout import (
@@ -43,6 +43,7 @@ from coordinator.layout import (
 from coordinator.logcheckpoint import LogCheckpoints
 from coordinator.logcheckpoint import ensure_records as ensure_records
 from coordinator.logcheckpoint import write_records as write_records
+from coordinator.logdamage import LogDamage
 from coordinator.logproof import LogProof
 from coordinator.partrecords import PartitionRecord, records_of
 from coordinator.records import Item, LogEntry, check_format, decode_json
@@ -73,7 +74,7 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class TransactionLog(GroupCommit, LogCheckpoints, LogProof):
+class TransactionLog(GroupCommit, LogCheckpoints, LogProof, LogDamage):
     """A process's view of the store's transaction log (see the module docstring).
 
     Attributes:
@@ -130,6 +131,8 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof):
         #: the writer token of entry ``_jumped_at`` as the checkpoint jumped to records it
         self._jumped_token: str | None = None
         self._probed = False
+        #: damaged checkpoints this process skipped (named when no other checkpoint will do)
+        self._damaged_checkpoints: set[str] = set()
 
     @property
     def state(self) -> CoordinatorState:
@@ -163,7 +166,8 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof):
         """The newest checkpoint: ``_last.json``, or the newest numbered one that decodes; None when neither
         is newer than entry ``above``. ``_last.json`` is a plain put that a slow writer may have put back to an
         older state, so a caller that needs one newer than its view (it found the entries after its view
-        truncated) looks at the numbered ones too."""
+        truncated) looks at the numbered ones too. A damaged checkpoint is skipped for the next one (logged, and
+        named in the error of a reader no checkpoint will do for)."""
         try:
             ck = self._decode_checkpoint(self.store.get(LAST_CHECKPOINT), LAST_CHECKPOINT)
             if ck.seq > above:
@@ -171,14 +175,16 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof):
         except FileNotFoundError:
             pass
         except CorruptLogError as exc:
-            log.warning("%s", exc)
+            self._skip_damaged(LAST_CHECKPOINT, exc)
         names = [n for n in self.store.list(TXN_CHECKPOINT) if (q := parse_seq(n)) is not None and q > above]
         for name in reversed(names):
             where = f"{TXN_CHECKPOINT}/{name}"
             try:
                 return self._decode_checkpoint(self.store.get(where), where)
-            except (CorruptLogError, FileNotFoundError):
+            except FileNotFoundError:
                 continue
+            except CorruptLogError as exc:
+                self._skip_damaged(where, exc)
         return None
 
     def _decode_checkpoint(self, data: bytes, where: str) -> CoordinatorState:
@@ -196,15 +202,15 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof):
         self._record_seq = {k: s for k, s in self._record_seq.items() if s > st.seq}
 
     def _get_entry(self, seq: int) -> LogEntry | None:
-        path = txn_log_path(seq)
-        try:
-            data = self.store.get(path)
-        except FileNotFoundError:
-            return None
-        entry = LogEntry.from_bytes(data, path)
-        if entry.seq != seq:
-            raise CorruptLogError(f"transaction log entry {path} says it is entry {entry.seq}")
-        return entry
+        """Log entry ``seq`` (None: there is none).
+
+        Raises:
+            CorruptLogError: the entry is damaged (naming it and the repair).
+        """
+        got = self._read_entry(seq)
+        if isinstance(got, CorruptLogError):
+            raise CorruptLogError(f"{got}: {REPAIR_LOG_HINT}") from got
+        return got
 
     def refresh(self) -> CoordinatorState:
         """Read what was appended since the last read (one LIST when nothing is new) and apply it.
@@ -227,11 +233,11 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof):
             # Read recently: asking for the next entry by name is cheaper than a listing when nothing is new (the
             # common case for a process waiting on the log). Only a cost choice: an entry found is used only once
             # proven, and a view a truncation passed by finds out when it next lists or writes.
-            nxt = self._get_entry(self.state.seq + 1)
+            nxt = self._read_entry(self.state.seq + 1)
             if nxt is None:
                 self._refreshed = time.monotonic()
                 return
-            if self._links(nxt):
+            if not isinstance(nxt, CorruptLogError) and self._links(nxt):
                 self._apply(nxt)
                 self._list_forward(checked=True)
             else:
@@ -247,7 +253,11 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof):
         does not follow on, and jumps. Unless ``checked`` (the view was read recently, or from the newest
         checkpoint just now), the end of the listing also looks at ``_last.json`` once: in a log truncated by an
         older version of this code, which deleted that entry too, a view it passed by may list nothing after itself,
-        or only entries left below the checkpoint by an interrupted truncation.
+        or only entries left below the checkpoint by an interrupted truncation. A damaged entry is jumped over to
+        a checkpoint that covers it (:meth:`_jump_over`).
+
+        Raises:
+            CorruptLogError: a damaged entry no readable checkpoint covers, or a gap none covers (naming them).
         """
         jumped = False
         rounds = 0
@@ -288,11 +298,15 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof):
                     gap = seqs[0] if seqs[0] != self.state.seq + 1 else seqs[dense]
                     raise CorruptLogError(
                         f"transaction log has a gap: entries are missing before {TXN_LOG}/{seq_name(gap)} and no "
-                        "checkpoint covers them"
+                        f"checkpoint covers them{self._damaged_note(hint=True)}"
                     )
                 seqs = seqs[: self.jump]
-            entries = parallel.pmap(self._get_entry, seqs)
-            for entry in entries:
+            entries = parallel.pmap(self._read_entry, seqs)
+            for seq, entry in zip(seqs, entries, strict=True):
+                if isinstance(entry, CorruptLogError):
+                    self._jump_over(seq, entry)
+                    jumped = True
+                    break
                 if entry is None or not self._links(entry):
                     # deleted by truncation since the listing, or not linked to the view (a ghost: an entry
                     # created under a number a truncation freed): a newer checkpoint covers it
@@ -317,7 +331,7 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof):
         except FileNotFoundError:
             return False
         except CorruptLogError as exc:
-            log.warning("%s", exc)
+            self._skip_damaged(LAST_CHECKPOINT, exc)
             return False
         if ck.seq <= self.state.seq:
             return False
@@ -336,7 +350,7 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof):
     def _jump_to(self, ck: CoordinatorState) -> None:
         self._reset(ck)
         self._jumped_at = ck.seq
-        self._jumped_token = ck.token_of(ck.seq)
+        self._jumped_token = ck.token_of(ck.seq) or None  # "": a rebuilt entry whose token no copy held
 
     def _apply(self, entry: LogEntry) -> None:
         """Apply ``entry`` (the next one, linked to the view) to the view, unproven."""
@@ -448,6 +462,9 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof):
         after such a view, and the process would write its next entry under a deleted name, below the checkpoint,
         where no reader looks (an acknowledged commit lost).
 
+        The checkpoint kept must decode (the newest old one that does): everything below it is deleted, so a damaged
+        one would leave a reader whose ``_last.json`` is damaged too nothing to open from.
+
         The grace period must exceed :data:`MIN_LOG_GRACE_MS`: a process that read the log within
         :data:`RECENT_S` asks for its next entry by name, and must never find a deleted entry's name free (it
         would write that entry again where no reader looks). ``now`` (store clock, seconds) is for tests; by
@@ -469,7 +486,9 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof):
         old = [i for i in infos if (newest - i.mtime) * 1000 >= grace]
         if not old:
             return 0
-        keep = max(parse_seq(i.path.rsplit("/", 1)[-1]) or 0 for i in old)
+        keep = self._truncation_point(sorted((parse_seq(i.path.rsplit("/", 1)[-1]) or 0 for i in old), reverse=True))
+        if keep is None:
+            return 0
         doomed = [i.path for i in infos if (parse_seq(i.path.rsplit("/", 1)[-1]) or 0) < keep]
         for name in self.store.list(TXN_LOG, limit=None):
             n = parse_seq(name)
@@ -481,3 +500,4 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof):
                        if n.endswith(".json") and decided_by_name(n[:-5], st)]
         self._delete_quietly(doomed)
         return len(doomed)
+

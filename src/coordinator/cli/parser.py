@@ -192,7 +192,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="produce as this transactional id (default: a one-off producer)")
     add("verify", cmd_verify, "check every log entry, partition record and segment (size, CRC-32); exit 1 on "
                               "problems")
-    p = add("repair", cmd_repair, "rewrite damaged or missing partition records from the log entries defining them")
+    p = add("repair", cmd_repair, "rewrite damaged or missing partition records from the log entries defining them; "
+                                  "--log: rebuild damaged log entries and checkpoints from the copies")
+    p.add_argument("--log", action="store_true",
+                   help="repair the transaction log instead: rebuild damaged entries and checkpoints from what "
+                        "partition records, checkpoints, later entries and intents hold, naming what is lost")
     _execute(p, "write them")
     # maintenance
     p = add("compact", cmd_compact, "merge small segments into segments of the target size (offsets unchanged)")

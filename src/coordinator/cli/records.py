@@ -1,6 +1,7 @@
 """``txnlog`` record and integrity commands: ``dump`` (committed records, streamed), ``verify`` (every file, read
-only) and ``repair`` (rewrite damaged or missing partition records from the log; a dry run unless ``--execute``).
-See :mod:`coordinator.cli.topics` for the ``cmd_*`` contract.
+only) and ``repair`` (rewrite damaged or missing partition records from the log; with ``--log``, rebuild damaged log
+entries and checkpoints from the copies; a dry run unless ``--execute``). See :mod:`coordinator.cli.topics` for the
+``cmd_*`` contract.
 """
 
 from __future__ import annotations
@@ -66,12 +67,21 @@ def cmd_verify(args: argparse.Namespace, settings: Settings, out: Output) -> int
         if report.pending:
             out.emit(f"{len(report.pending)} partition record(s) not written yet (a writer crashed or is writing): "
                      "readers compute them from the log; the daemon or 'txnlog repair --execute' writes them")
+        for path, note in report.rebuilt.items():
+            lost = len(note.get("lost", ()))
+            out.emit(f"{path} was rebuilt by 'txnlog repair --log' ({len(note.get('assumed', ()))} value(s) "
+                     f"assumed, {lost} note(s) of what no copy held; --json lists them)")
     return EXIT_PROBLEMS if report else EXIT_OK
 
 
 def cmd_repair(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+    if args.log:
+        return _repair_log(args, settings, out)
     store = settings.open(write=args.execute)
     plan = ti.repair_plan(store)
+    for path in plan.damaged_entries:
+        out.warn(f"transaction log entry {path} is damaged: its partition records are not checked; "
+                 "'txnlog repair --log' rebuilds it from them")
     if args.execute and plan:
         parallel.pmap(lambda r: store.put(r.path, r.data), plan)
     if out.json_mode:
@@ -88,3 +98,33 @@ def cmd_repair(args: argparse.Namespace, settings: Settings, out: Output) -> int
                  "with --execute")
     return EXIT_OK
 
+
+
+def _repair_log(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+    """``repair --log``: rebuild damaged log entries and checkpoints from the copies (a dry run unless
+    ``--execute``); exit 1 when something cannot be repaired."""
+    store = settings.open(write=args.execute)
+    coord = settings.coordinator(store)
+    plan = coord.repair_log(execute=args.execute)
+    if out.json_mode:
+        out.emit_json(plan.to_json())
+        return EXIT_OK if plan.ok else EXIT_PROBLEMS
+    if not plan.objects:
+        out.emit("nothing to repair: every retained transaction log entry and checkpoint decodes")
+        return EXIT_OK
+    verbs = {"rebuild": ("would rebuild", "rebuilt"), "rewrite": ("would rewrite", "rewrote"),
+             "leave": ("leaves", "left"), "cannot": ("cannot repair", "could not repair")}
+    for o in plan.objects:
+        where = ("checkpoint" if o.kind == "checkpoint" else
+                 "entry, covered by a readable checkpoint" if o.covered else "entry, above every readable checkpoint")
+        out.emit(f"{o.path} ({where}): {verbs[o.action][1 if plan.executed else 0]}: {o.why}")
+        out.emit(f"  damage: {o.damage}")
+        for title, lines in (("recovered", o.recovered), ("assumed", o.assumed), ("lost", o.lost)):
+            for line in lines:
+                out.emit(f"  {title}: {line}")
+    done = sum(o.action in ("rebuild", "rewrite") for o in plan.objects)
+    if plan.executed:
+        out.emit(f"\nrepaired {done} object(s)" + ("" if plan.ok else "; some could not be repaired (above)"))
+    elif done:
+        out.emit(f"\nwould repair {done} object(s); stop the store's writers, then run again with --execute")
+    return EXIT_OK if plan.ok else EXIT_PROBLEMS

@@ -57,17 +57,21 @@ _OUTCOME_STATE = {"committed": COMMITTED, "aborted": ABORTED, "skipped": ABORTED
 
 
 def log_tail(store: Store, scan: int, last_seq: int | None = None) -> list[LogEntry]:
-    """The last ``scan`` retained entries of the transaction log, oldest first (fewer if fewer are retained).
-
-    Raises:
-        CorruptLogError: an entry cannot be decoded.
-    """
+    """The last ``scan`` retained entries of the transaction log, oldest first (fewer if fewer are retained; a
+    damaged entry is left out: ``txnlog verify`` names it)."""
     if scan <= 0:
         return []
     start_after = None if last_seq is None or last_seq - scan < 0 else seq_name(last_seq - scan)
     names = [n for n in store.list(TXN_LOG, start_after=start_after) if parse_seq(n) is not None][-scan:]
     paths = [f"{TXN_LOG}/{n}" for n in names]
-    return parallel.pmap(lambda p: LogEntry.from_bytes(store.get(p), p), paths)
+
+    def get(path: str) -> LogEntry | None:
+        try:
+            return LogEntry.from_bytes(store.get(path), path)
+        except (CorruptLogError, FileNotFoundError):
+            return None
+
+    return [e for e in parallel.pmap(get, paths) if e is not None]
 
 
 def _touched(item: CommitItem) -> list[str]:

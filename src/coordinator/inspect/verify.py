@@ -12,9 +12,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from coordinator.coordinator import TransactionCoordinator
-from coordinator.errors import CorruptLogError, TxnLogError
+from coordinator.errors import REPAIR_LOG_HINT, CorruptLogError, TxnLogError
 from coordinator.inspect.common import ProgressFn
 from coordinator.layout import (
+    LAST_CHECKPOINT,
     TOPICS,
     TXN_CHECKPOINT,
     TXN_LOG,
@@ -26,10 +27,12 @@ from coordinator.layout import (
     topic_dir,
     topic_meta_dir,
 )
+from coordinator.logrebuild import rebuilt_note
 from coordinator.partition import IndexedSegment
 from coordinator.partrecords import CommitOp, PartitionRecord, ReplaceOp, records_of
 from coordinator.records import LogEntry, check_format, decode_json
 from coordinator.segments import decode_segment
+from coordinator.state import CoordinatorState
 from coordinator.store import Store
 from coordinator.topics import DELETED_MARKER, TopicMeta
 
@@ -52,18 +55,20 @@ class Problem:
 
 class VerifyReport(list[Problem]):
     """The problems :func:`verify` found (a list: empty when the store is sound), with what it looked at:
-    ``segments_checked`` and ``pending`` (paths of partition records not written yet whose log entry is newer
+    ``segments_checked``, ``pending`` (paths of partition records not written yet whose log entry is newer
     than the newest checkpoint: readers compute them from the log, the daemon and ``txnlog repair`` write them;
-    not a problem)."""
+    not a problem) and ``rebuilt`` (log entries ``txnlog repair --log`` rebuilt from copies, by path, with what it
+    assumed and what no copy held: not a problem, a record of what was lost)."""
 
     def __init__(self, problems: list[Problem] | None = None) -> None:
         super().__init__(problems or [])
         self.segments_checked = 0
         self.pending: list[str] = []
+        self.rebuilt: dict[str, dict[str, list[str]]] = {}
 
     def to_json(self) -> dict[str, Any]:
         return {"ok": not self, "segments_checked": self.segments_checked, "pending_records": len(self.pending),
-                "problems": [p.to_json() for p in self]}
+                "problems": [p.to_json() for p in self], "rebuilt": self.rebuilt}
 
 
 def _dense(names: list[str], folder: str, checkpoints: list[int], what: str) -> list[Problem]:
@@ -127,29 +132,40 @@ def verify(store: Store, *, progress: ProgressFn | None = None,
     names = store.list(TXN_LOG)
     ckpts = _numbered(store, TXN_CHECKPOINT)
     problems += _dense(names, TXN_LOG, ckpts, "transaction log")
+    readable: list[int] = []
+    for path in [f"{TXN_CHECKPOINT}/{seq_name(c)}" for c in ckpts] + [LAST_CHECKPOINT]:
+        try:
+            d = decode_json(store.get(path), path, "coordinator checkpoint")
+            check_format(d, path)
+            readable.append(CoordinatorState.from_json(d, path).seq)
+        except TxnLogError as exc:
+            problems.append(Problem(path, "corrupt", f"{exc}: {REPAIR_LOG_HINT}"))
+        except FileNotFoundError:
+            continue
     entries: dict[int, LogEntry] = {}
     for n in names:
-        if parse_seq(n) is None:
+        seq = parse_seq(n)
+        if seq is None:
             continue
         path = f"{TXN_LOG}/{n}"
+        cover = min((c for c in readable if c >= seq), default=None)
+        fix = REPAIR_LOG_HINT if cover is None else (
+            f"the checkpoint at entry {cover} covers it, so no reader needs it and truncation deletes it; "
+            "`txnlog repair --log` rebuilds it if the other copies reproduce that checkpoint")
         try:
-            e = LogEntry.from_bytes(store.get(path), path)
-            if e.seq != parse_seq(n):
-                problems.append(Problem(path, "corrupt", f"transaction log entry {path} holds entry {e.seq}"))
+            data = store.get(path)
+            e = LogEntry.from_bytes(data, path)
+            if e.seq != seq:
+                problems.append(Problem(path, "corrupt", f"transaction log entry {path} holds entry {e.seq}: {fix}"))
             else:
                 entries[e.seq] = e
+                note = rebuilt_note(data, path)
+                if note is not None:
+                    problems.rebuilt[path] = note
         except TxnLogError as exc:
-            problems.append(Problem(path, "corrupt", str(exc)))
+            problems.append(Problem(path, "corrupt", f"{exc}: {fix}"))
         except FileNotFoundError:
             problems.append(Problem(path, "missing", f"transaction log entry {path} vanished while listed"))
-    for c in ckpts:
-        path = f"{TXN_CHECKPOINT}/{seq_name(c)}"
-        try:
-            check_format(decode_json(store.get(path), path, "coordinator checkpoint"), path)
-        except TxnLogError as exc:
-            problems.append(Problem(path, "corrupt", str(exc)))
-        except FileNotFoundError:
-            continue
     counts: dict[tuple[str, int], int] = {}
     newest_ck = max(ckpts, default=-1)
     try:
@@ -237,16 +253,18 @@ def _verify_partition(store: Store, topic: str, p: int, problems: VerifyReport,
         want = defined.get((topic, p, idx))
         derived = records_of(want)[(topic, p)] if want is not None else None
         rec: PartitionRecord | None = None
+        fix = (f"'txnlog repair --execute' rewrites it from log entry {want.seq}" if want is not None
+               else "no retained log entry defines it")
         if idx in listed:
             try:
                 rec = PartitionRecord.from_bytes(store.get(path), path)
             except TxnLogError as exc:
-                problems.append(Problem(path, "corrupt", f"{where} is damaged: {exc}"))
+                problems.append(Problem(path, "corrupt", f"{where} is damaged: {exc} ({fix})"))
             except FileNotFoundError:
                 pass
             if rec is not None and derived is not None and rec != derived:
                 problems.append(Problem(path, "corrupt", f"{where} is damaged: record {idx} differs from what "
-                                                         f"log entry {want.seq if want else '?'} defines"))
+                                                         f"log entry {want.seq if want else '?'} defines ({fix})"))
         elif idx < count:
             if want is not None and want.seq > newest_ck:
                 problems.pending.append(path)
@@ -318,22 +336,35 @@ class RecordRepair:
         return {"path": self.path, "kind": self.kind, "seq": self.seq}
 
 
-def repair_plan(store: Store) -> list[RecordRepair]:
+class RepairPlan(list[RecordRepair]):
+    """The records :func:`repair_plan` would write (a list), and ``damaged_entries``: the paths of retained log
+    entries that do not decode, whose records it cannot check (``txnlog repair --log`` rebuilds such an entry from
+    them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.damaged_entries: list[str] = []
+
+
+def repair_plan(store: Store) -> RepairPlan:
     """The partition records :meth:`TransactionCoordinator.repair_records` with ``damaged=True`` would write: every
     record of every retained log entry that is missing or whose bytes differ from what its entry defines (read
-    only). Records of deleted topics are left out.
-
-    Raises:
-        CorruptLogError: a log entry cannot be decoded (repair cannot help; see ``verify``).
+    only). Records of deleted topics are left out; damaged log entries are named in ``damaged_entries``.
     """
-    out: list[RecordRepair] = []
+    out = RepairPlan()
     deleted: dict[str, bool] = {}
     for name in store.list(TXN_LOG):
         seq = parse_seq(name)
         if seq is None:
             continue
         path = f"{TXN_LOG}/{name}"
-        entry = LogEntry.from_bytes(store.get(path), path)
+        try:
+            entry = LogEntry.from_bytes(store.get(path), path)
+        except CorruptLogError:
+            out.damaged_entries.append(path)
+            continue
+        except FileNotFoundError:
+            continue  # truncated since the listing
         for (t, p), rec in records_of(entry).items():
             if t not in deleted:
                 deleted[t] = DELETED_MARKER in store.list(topic_meta_dir(t))
@@ -351,4 +382,4 @@ def repair_plan(store: Store) -> list[RecordRepair]:
     return out
 
 
-__all__ = ["Problem", "RecordRepair", "VerifyReport", "repair_plan", "verify"]
+__all__ = ["Problem", "RecordRepair", "RepairPlan", "VerifyReport", "repair_plan", "verify"]
