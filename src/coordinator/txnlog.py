@@ -17,7 +17,6 @@ Thread-safe; one instance per process and store is enough.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import logging
 import threading
@@ -270,19 +269,13 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof, LogDamage):
                                           "cannot be proven to be the log's")
                 jumped, rounds = True, 0
             after = seq_name(self.state.seq) if self.state.seq >= 0 else None
-            # entries read but unproven: the proof's listing, made after their reads, runs beside this one
-            view = self.state.seq
-            proof = parallel.start(functools.partial(self._checkpoints_above, view)) if self._unproven else None
-            try:
-                seqs = [q for n in self.store.list(TXN_LOG, start_after=after, limit=self.jump + 1)
-                        if (q := parse_seq(n)) is not None]
-            finally:
-                above = proof() if proof is not None else None
+            seqs = [q for n in self.store.list(TXN_LOG, start_after=after, limit=self.jump + 1)
+                    if (q := parse_seq(n)) is not None]
             if not seqs:
                 if not (checked or jumped) and self._jump_to_last():
                     jumped = True
                     continue
-                if self._prove(above):
+                if self._prove():
                     return
                 continue
             # entries that do not follow on are below a checkpoint (left by an interrupted truncation)
