@@ -152,7 +152,7 @@ class History:
     params: str
     ops: list[Op] = field(default_factory=list)
     #: injected faults by kind (crash, error, lost-reply, maintenance-race, expiry, corrupt-file, zombie,
-    #: skewed-clock)
+    #: skewed-clock, stall, pause, process-pause, clock-skew, lying-store, damaged-checkpoint, damaged-log-entry)
     faults: Counter[str] = field(default_factory=Counter)
     final: ReadOp | None = None
     final_groups: dict[str, dict[str, dict[int, int]]] = field(default_factory=dict)

@@ -31,7 +31,7 @@ GRACE_MS = 500
 #: A pause lasts at least this long (s): past the scaled grace period and ``RECENT_S`` window ...
 PAUSE_MIN_S = GRACE_MS / 1000 + 0.1
 #: ... plus up to this much more, drawn from the seed.
-PAUSE_SPREAD_S = 0.3
+PAUSE_SPREAD_S = 0.2
 
 
 def now() -> int:

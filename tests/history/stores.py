@@ -65,7 +65,8 @@ class FaultPlan:
         self.lost_reply_rate, self.race_rate = lost_reply_rate, race_rate
         #: chance that a store call under ``_txn/`` pauses (elsewhere: :data:`DATA_PAUSE_SHARE` of it)
         self.pause_rate = pause_rate
-        #: triggers not to exercise (``paused-log-reader``, ``linked-ghost``; see ``workload.OPEN_DEFECTS``)
+        #: triggers not to exercise (``paused-log-reader``, ``linked-ghost``, ``stalled-committer``; see
+        #: ``workload.OPEN_DEFECTS`` and ``KNOWN_DEFECTS``)
         self.avoid = avoid
         #: performs a pause at the place it is given (set by the worker; None: no pauses)
         self.pauser: Callable[[str], None] | None = None
@@ -168,6 +169,8 @@ class FaultyStore(Store):
         log_read = kind in READS and path.startswith(LOG_PATHS)
         if log_read and "paused-log-reader" in plan.avoid:
             return None
+        if kind == "put_if_absent" and path.startswith("_txn/log/") and "stalled-committer" in plan.avoid:
+            return None  # a pause before a log entry's creation is that fixed defect's trigger
         rate = plan.pause_rate if path.startswith("_txn") else plan.pause_rate * DATA_PAUSE_SHARE
         if plan.draw("pause", f"{kind} {path}") >= rate:
             return None

@@ -1177,7 +1177,7 @@ SCALED_MIN_LOG_GRACE_MS = 500
 PAUSE_SHARE = 1 / 6
 #: A committer stalls at its protocol point at the fault rate divided by this (pauses drawn at store calls cover the
 #: same place too: before the conditional create of a log entry).
-STALL_SHARE = 8
+STALL_SHARE = 16
 #: Where a stall pauses a committer (after it read the log, before it creates its entry), and for how long: past
 #: the scaled grace period, so that the entry's number may have been used, checkpointed and truncated meanwhile.
 STALL_POINT = "txnlog.entry.before"
