@@ -75,6 +75,7 @@ from history.workload import (
     SCHEMA,
     params_for,
     run_history,
+    scaled_log_clock,
     setup_topics,
     spark_schema,
 )
@@ -1472,7 +1473,7 @@ def test_a_store_call_pauses_before_or_after_it_is_applied_while_another_process
     truncates the log, deleting the entry the call reads. Before: the call finds it gone. After: it returns the
     bytes of an entry that no longer exists."""
     assert pauses.GRACE_MS == SCALED_MIN_LOG_GRACE_MS and max(SCALED_RECENT_S, 0.5) < pauses.PAUSE_MIN_S
-    with txnlog_scaled():
+    with scaled_log_clock():
         for seq, when in ((0, "before"), (1, "after")):
             seed = next(s for s in range(100) if _preview(s, "get", txn_log_path(seq)) == when)
             url = _lake(f"pause-{when}")
@@ -1494,12 +1495,6 @@ def test_a_store_call_pauses_before_or_after_it_is_applied_while_another_process
             assert paused.seconds is not None and paused.seconds >= pauses.PAUSE_MIN_S
             assert passed.truncation and passed.grace_ms == SCALED_MIN_LOG_GRACE_MS and passed.outcome == OK
             assert plan.counts["pause"] == 1
-
-
-def txnlog_scaled() -> Any:
-    from history.workload import scaled_log_clock
-
-    return scaled_log_clock()
 
 
 def test_a_local_conditional_create_can_pause_between_its_temp_file_and_its_link(tmp_path: Path) -> None:

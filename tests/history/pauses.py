@@ -118,19 +118,24 @@ class Pauser:
 
 
 def stop_processes(seed: int, url: str, options: dict[str, str], pids: list[int], ready: Callable[[int], bool],
-                   count: int, done: threading.Event, *, truncate: bool = True) -> list[MiscOp]:
+                   alive: Callable[[int], bool], count: int, done: threading.Event, *,
+                   truncate: bool = True) -> list[MiscOp]:
     """Stop ``count`` worker processes (chosen and timed from ``seed``) with ``SIGSTOP``, each for a pause length,
-    while :func:`pass_by` runs here, then ``SIGCONT``. A worker not yet ``ready`` (still importing) or already gone
-    is skipped. Returns the pauses and passes, as operations of the history. Ends early once ``done`` is set."""
+    while :func:`pass_by` runs here, then ``SIGCONT``. The drawn worker is waited for until it is ``ready`` (its
+    imports done); if it is no longer ``alive`` when its moment comes, the next one still alive is stopped instead.
+    Returns the pauses and passes, as operations of the history. Ends early once ``done`` is set."""
     rng = random.Random(seed * 7349 + 11)
     ops: list[MiscOp] = []
     for k in range(count):
-        wid = rng.randrange(len(pids))
+        drawn = rng.randrange(len(pids))
         delay = rng.uniform(0.05, 0.6)
         length = PAUSE_MIN_S + rng.random() * PAUSE_SPREAD_S
-        while not ready(wid) and not done.is_set():
+        while not ready(drawn) and not done.is_set():
             time.sleep(0.01)
         if done.wait(delay):
+            break
+        wid = next((w for w in (*range(drawn, len(pids)), *range(drawn)) if alive(w)), None)
+        if wid is None:
             break
         op = MiscOp(f"stop{k}.w{wid}", "process-pause", now(), detail=f"worker {wid} (pid {pids[wid]})")
         try:

@@ -1253,11 +1253,12 @@ def _run_processes(params: HistoryParams, specs: list[WorkerSpec]) -> tuple[list
         proc.start()
     done = threading.Event()
     stops: list[MiscOp] = []
+    got: dict[int, WorkerResult] = {}
     stopper = threading.Thread(target=lambda: stops.extend(pauses.stop_processes(
         params.seed, params.url, params.options, [proc.pid or 0 for proc in procs], lambda w: ready[w].is_set(),
-        params.process_pauses, done, truncate="log-truncation-grace" not in params.avoid)), name="stopper")
+        lambda w: w not in got and procs[w].is_alive(), params.process_pauses, done,
+        truncate="log-truncation-grace" not in params.avoid)), name="stopper")
     stopper.start()
-    got: dict[int, WorkerResult] = {}
     failure: str | None = None
     try:
         while len(got) < len(procs) and failure is None:
