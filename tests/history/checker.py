@@ -38,6 +38,9 @@ SLACK_NS = 5_000_000
 FENCED_ERRORS = frozenset({"ProducerFencedError", "InvalidProducerEpochError"})
 #: What ``CommitStateUnknownError`` says when an expired producer's decision is in entries truncated since.
 UNFINDABLE = "were written and truncated"
+#: What it says when the decision is in an entry its process created after a pause and could not judge (a suspect:
+#: perhaps under a number a truncation freed).
+UNTELLABLE = "cannot be told"
 
 TP = tuple[str, int]
 Record = tuple[str, int, "int | None", str]  # topic, partition, offset (None: uncommitted), value
@@ -112,7 +115,11 @@ class MiscOp:
     compaction or retention that GC deleted, with ``grace_ms``), ``reaped`` (application attempts GC made
     uncommittable), ``moved`` (partitions whose log start retention moved), ``truncation`` (log entries or partition
     records deleted, with ``grace_ms``). ``damaged`` are files an injected damage overwrote; ``race`` marks a pass
-    run at a protocol point inside another operation."""
+    run at a protocol point inside another operation (or from another process while a worker was paused).
+    ``seconds`` is how long a ``pause`` (or ``process-pause``) lasted. A ``lying-store`` operation drove one writing
+    path against a store ignoring conditional writes: ``accepted`` are the conditional writes that reached it. A
+    ``repair`` operation is the operator's repair of damaged log files: ``unrepaired`` are those still damaged
+    after it, ``named`` those of them that the repair or ``verify`` named."""
 
     id: str
     kind: str
@@ -128,6 +135,10 @@ class MiscOp:
     truncation: bool = False
     damaged: list[str] = field(default_factory=list)
     race: bool = False
+    seconds: float | None = None
+    accepted: list[str] = field(default_factory=list)
+    unrepaired: list[str] = field(default_factory=list)
+    named: list[str] = field(default_factory=list)
 
 
 Op = TxnOp | ReadOp | MiscOp
@@ -141,7 +152,7 @@ class History:
     params: str
     ops: list[Op] = field(default_factory=list)
     #: injected faults by kind (crash, error, lost-reply, maintenance-race, expiry, corrupt-file, zombie,
-    #: skewed-clock)
+    #: skewed-clock, stall, pause, process-pause, clock-skew, lying-store, damaged-checkpoint, damaged-log-entry)
     faults: Counter[str] = field(default_factory=Counter)
     final: ReadOp | None = None
     final_groups: dict[str, dict[str, dict[int, int]]] = field(default_factory=dict)
@@ -163,7 +174,11 @@ class History:
         return {p for o in self.misc() for p in o.damaged}
 
     def damaged_partitions(self) -> set[TP]:
-        return {_partition_of(p) for p in self.damaged()}
+        return {_partition_of(p) for p in self.damaged() if p.startswith("topics/")}
+
+    def pause_lengths(self) -> list[float]:
+        """How long each pause (of a store call, or of a whole process) lasted, in seconds."""
+        return [o.seconds for o in self.misc() if o.kind in ("pause", "process-pause") and o.seconds is not None]
 
 
 @dataclass(frozen=True)
@@ -497,7 +512,8 @@ def fencing(h: History) -> list[str]:
     its producer's id has expired and the entries since its request waited are truncated, that decision cannot be
     found: ``CommitStateUnknownError`` saying so is the truth, as long as the retried transaction is all or nothing
     in the final read, its values that retention moved the log start past or that sit in partitions the final read
-    could not read counting as either; the retry decided nothing itself.)"""
+    could not read counting as either; the retry decided nothing itself. The same holds when the decision is in an
+    entry the zombie's process created after a pause and could not judge since: it says it cannot be told.)"""
     out = []
     by_id = {op.id: op for op in h.txns()}
     final = {rec[3] for rec in h.final.records} if h.final is not None else set()
@@ -517,8 +533,8 @@ def fencing(h: History) -> list[str]:
         if op.outcome == OK:
             out.append(f"{what} committed")
         elif op.error and op.error.split(":", 1)[0] not in FENCED_ERRORS:
-            if op.error.startswith("CommitStateUnknownError") and UNFINDABLE in op.error and retried is not None \
-                    and (whole or not any(v in final for v in retried.values())):
+            if op.error.startswith("CommitStateUnknownError") and (UNFINDABLE in op.error or UNTELLABLE in op.error) \
+                    and retried is not None and (whole or not any(v in final for v in retried.values())):
                 continue
             out.append(f"{what} got {op.error} instead of ProducerFencedError")
     return out
@@ -545,6 +561,8 @@ def unexpected_errors(h: History) -> list[str]:
     for o in ops:
         if isinstance(o, TxnOp) and o.zombie and o.kind == "producer":
             continue  # judged by the fencing rule
+        if isinstance(o, MiscOp) and o.kind == "lying-store":
+            continue  # a refusal is what is wanted: judged by lying_store_accepted
         errors = [(o.detail if isinstance(o, MiscOp) else "", o.error)] if o.error else []
         if isinstance(o, TxnOp):
             errors += [tuple(f.split(" -> ", 1)) for f in o.followups if " -> " in f]  # type: ignore[misc]
@@ -563,15 +581,62 @@ def reader_writes(h: History) -> list[str]:
 def integrity(h: History) -> list[str]:
     """``verify`` on the final store (after the operator's repair of derived records) reports a problem outside
     the partitions the history damaged: one damaged partition must never harm another, and nothing else may be
-    damaged at all."""
+    damaged at all. (A damaged log entry or checkpoint left damaged is judged by :func:`unrepaired`: problems
+    naming it are left to that rule.)"""
     damaged = h.damaged_partitions()
+    log_files = [p for p in h.damaged() if p.startswith("_txn/")]
     out = []
     for path, msg in h.verify:
         parts = path.split("/")
         inside = len(parts) > 3 and parts[0] == "topics" and parts[2].isdigit() and _partition_of(path) in damaged
-        if not inside:
+        if not inside and not any(f == path or f in msg for f in log_files):
             out.append(f"verify: {msg}")
     return out
+
+
+def lying_store_accepted(h: History) -> list[str]:
+    """A writing path opened on a store that ignores conditional writes was not refused: a conditional write of
+    its own reached the store, or the path went through, or it failed for another reason than the store's lie
+    (which proves no refusal)."""
+    out = []
+    for o in h.misc():
+        if o.kind != "lying-store":
+            continue
+        if o.accepted:
+            out.append(f"{o.id} ({o.detail}): a store ignoring conditional writes was trusted: it created "
+                       f"{', '.join(o.accepted[:3])}" + (f" and {len(o.accepted) - 3} more" if len(o.accepted) > 3
+                                                          else ""))
+        elif o.outcome == OK:
+            out.append(f"{o.id} ({o.detail}): a store ignoring conditional writes was not refused")
+        elif o.error is not None and "conditional writes" not in o.error:
+            out.append(f"{o.id} ({o.detail}): failed without refusing the store as ignoring conditional writes: "
+                       f"{o.error}")
+    return out
+
+
+def unrepaired(h: History) -> list[str]:
+    """After the operator's repair, a damaged log entry is still damaged (log entries must be repaired: what they
+    decided is committed), or another damaged file is still damaged and neither the repair nor ``verify`` names
+    it."""
+    out = []
+    for o in h.misc():
+        if o.kind != "repair":
+            continue
+        for path in o.unrepaired:
+            named = "named by the repair or verify" if path in o.named else "and nothing names it"
+            if path.startswith("_txn/log/"):
+                out.append(f"damaged log entry {path} is not repaired ({named}; {o.detail})")
+            elif path not in o.named:
+                out.append(f"{path} is still damaged after the repair {named} ({o.detail})")
+    return out
+
+
+def final_read(h: History) -> list[str]:
+    """The fault-free final read (after any repair of damaged log files) failed: the store cannot be read, and
+    nothing committed can be judged."""
+    if h.final is None or h.final.outcome == OK:
+        return []
+    return [f"the final read failed: {h.final.error}"]
 
 
 def quiescence(h: History) -> list[str]:
@@ -599,6 +664,9 @@ RULES: dict[str, Callable[[History], list[str]]] = {
     "reader-write": reader_writes,
     "integrity": integrity,
     "quiescence": quiescence,
+    "lying-store-accepted": lying_store_accepted,
+    "unrepaired": unrepaired,
+    "final-read": final_read,
 }
 
 

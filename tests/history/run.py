@@ -2,11 +2,18 @@
 
     python tests/history/run.py --seed S --histories N [--store memory|local|s3] [--fault-rate R]
                                 [--processes] [--steps K] [--workers W] [--avoid DEFECT ...] [--time]
+                                [--pause-rate R] [--process-pauses N] [--clock-skew] [--lying PATH]
+                                [--damage-log] [--long]
 
-Prints one summary line ``histories=N operations=M faults=F anomalies=A faults_by_kind=crash:..,error:..,...``,
-then one line per anomaly with the seed that reproduces it (history ``i`` uses seed ``S + i``), and exits 1 when
-there are anomalies. ``--avoid`` stops exercising the trigger of a core defect the histories found and that was
-fixed (``workload.KNOWN_DEFECTS``; ``--avoid all`` for every one), to tell a regression of one from a new defect.
+Prints one summary line ``histories=N operations=M faults=F anomalies=A faults_by_kind=crash:..,error:..,...
+pauses=P pause_s=MIN-MAX(total T)``, then one line per anomaly with the seed that reproduces it (history ``i`` uses
+seed ``S + i``), and exits 1 when there are anomalies. ``--avoid`` stops exercising the trigger of a core defect the
+histories found, fixed (``workload.KNOWN_DEFECTS``; ``--avoid all`` for every one) or not yet
+(``workload.OPEN_DEFECTS``; ``--avoid open``), to tell a known defect from a new one. ``--pause-rate``,
+``--process-pauses``, ``--clock-skew`` and ``--lying`` give every history that fault instead of drawing it;
+``--damage-log`` (off by default: no repair of a damaged log entry exists yet, so every such history reports it)
+overwrites a log entry before the operator's repair. ``--long`` is the long mode: 1,000 histories of 40 steps at
+fault rate 0.05 unless given otherwise.
 """
 
 from __future__ import annotations
@@ -24,18 +31,27 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from coordinator import MemoryStore  # noqa: E402
 from history.checker import Anomaly, History, check  # noqa: E402
-from history.workload import KNOWN_DEFECTS, params_for, run_history  # noqa: E402
+from history.lying import PATHS  # noqa: E402
+from history.workload import KNOWN_DEFECTS, OPEN_DEFECTS, params_for, run_history  # noqa: E402
 
 StoreFactory = Callable[[int], tuple[str, dict[str, str]]]
 #: The fault kinds the figures report, in order.
 FAULT_KINDS = ("crash", "error", "lost-reply", "maintenance-race", "expiry", "corrupt-file", "zombie", "skewed-clock",
-               "stall")
+               "stall", "pause", "process-pause", "clock-skew", "lying-store", "damaged-checkpoint",
+               "damaged-log-entry")
+#: The kinds every sizeable default run of memory histories injects (process pauses need ``--processes``, damaged
+#: log entries ``--damage-log``; stalls are rare, at a sixteenth of the crash rate: pauses before a log entry's
+#: creation pause the same place).
+DEFAULT_KINDS = tuple(k for k in FAULT_KINDS if k not in ("process-pause", "damaged-log-entry", "stall"))
+#: The long mode (``--long``): histories, fault rate and steps unless given.
+LONG = {"histories": 1000, "fault_rate": 0.05, "steps": 40}
 
 
 @dataclass
@@ -46,6 +62,8 @@ class Summary:
     operations: int = 0
     by_kind: Counter[str] = field(default_factory=Counter)
     anomalies: list[Anomaly] = field(default_factory=list)
+    #: how long each pause lasted (s): store calls and whole processes
+    pauses: list[float] = field(default_factory=list)
     seconds: float = 0.0
     #: where to write each history that has anomalies, as JSON (None: nowhere)
     dump: str | None = None
@@ -59,6 +77,7 @@ class Summary:
         self.histories += 1
         self.operations += len(h.ops)
         self.by_kind.update(h.faults)
+        self.pauses += h.pause_lengths()
         self.anomalies += found
         if found and self.dump:
             os.makedirs(self.dump, exist_ok=True)
@@ -69,8 +88,11 @@ class Summary:
 
     def line(self) -> str:
         kinds = ",".join(f"{k}:{self.by_kind[k]}" for k in FAULT_KINDS)
+        lengths = (f"{min(self.pauses):.2f}-{max(self.pauses):.2f}(total {sum(self.pauses):.1f})" if self.pauses
+                   else "-")
         return (f"histories={self.histories} operations={self.operations} faults={self.faults} "
-                f"anomalies={len(self.anomalies)} faults_by_kind={kinds}")
+                f"anomalies={len(self.anomalies)} faults_by_kind={kinds} pauses={len(self.pauses)} "
+                f"pause_s={lengths}")
 
     def details(self) -> list[str]:
         return [f"  {a.kind} (reproduce with --seed {a.seed} --histories 1): {a.detail}" for a in self.anomalies]
@@ -183,18 +205,49 @@ def main(argv: list[str] | None = None) -> int:
                     help="concurrent workers per history (default: drawn from the seed, 1-3)")
     ap.add_argument("--time", action="store_true", help="append the runtime to the summary line")
     ap.add_argument("--dump", metavar="DIR", help="write every history with anomalies to DIR as JSON")
-    ap.add_argument("--avoid", nargs="+", default=[], choices=[*sorted(KNOWN_DEFECTS), "all"], metavar="DEFECT",
-                    help="do not exercise the trigger of these (fixed) core defects, to tell a regression of one "
-                    "from a new defect: " + ", ".join(sorted(KNOWN_DEFECTS)))
+    ap.add_argument("--avoid", nargs="+", default=[],
+                    choices=[*sorted(KNOWN_DEFECTS), *sorted(OPEN_DEFECTS), "all", "open"], metavar="DEFECT",
+                    help="do not exercise the trigger of these core defects, to tell a known one from a new one: "
+                    "fixed (all): " + ", ".join(sorted(KNOWN_DEFECTS)) + "; not fixed yet (open): "
+                    + ", ".join(sorted(OPEN_DEFECTS)))
+    ap.add_argument("--pause-rate", type=float, default=None,
+                    help="pause store calls under _txn/ at this rate in every history (others at a quarter of it)")
+    ap.add_argument("--process-pauses", type=int, default=None,
+                    help="with --processes: stop this many worker processes per history (SIGSTOP)")
+    ap.add_argument("--clock-skew", action="store_true",
+                    help="skew the host clock of every worker of every history (hours or days, either way)")
+    ap.add_argument("--lying", choices=PATHS, default=None,
+                    help="open a store that ignores conditional writes through this writing path in every history")
+    ap.add_argument("--damage-log", action="store_true",
+                    help="overwrite a log entry before the operator's repair (reported until a repair exists)")
+    ap.add_argument("--long", action="store_true",
+                    help="the long mode: 1,000 histories, 40 steps, fault rate 0.05 (unless given)")
     args = ap.parse_args(argv)
     for name in ("coordinator", "txnsink"):  # injected faults make the core log warnings by the hundred
         logging.getLogger(name).setLevel(logging.CRITICAL)
     if args.processes and args.store == "memory":
         ap.error("--processes needs a store shared between processes: --store local or s3")
-    avoid = frozenset(KNOWN_DEFECTS) if "all" in args.avoid else frozenset(args.avoid)
-    fixed = {} if args.workers is None else {"workers": args.workers}
+    given = set(argv if argv is not None else sys.argv[1:])
+    if args.long:
+        args.histories = args.histories if "--histories" in given else LONG["histories"]
+        args.fault_rate = args.fault_rate if "--fault-rate" in given else LONG["fault_rate"]
+        args.steps = args.steps if args.steps is not None else LONG["steps"]
+    avoid = set(args.avoid) - {"all", "open"}
+    avoid |= set(KNOWN_DEFECTS) if "all" in args.avoid else set()
+    avoid |= set(OPEN_DEFECTS) if "open" in args.avoid else set()
+    fixed: dict[str, Any] = {} if args.workers is None else {"workers": args.workers}
+    if args.pause_rate is not None:
+        fixed["pause_rate"] = args.pause_rate
+    if args.process_pauses is not None:
+        fixed["process_pauses"] = args.process_pauses
+    if args.clock_skew:
+        fixed["clock_skews"] = "all"
+    if args.lying is not None:
+        fixed["lying"] = args.lying
+    if args.damage_log:
+        fixed["damage_log"] = True
     summary = run(args.seed, args.histories, args.store, args.fault_rate, processes=args.processes,
-                  steps=args.steps, avoid=avoid, dump=args.dump, **fixed)
+                  steps=args.steps, avoid=frozenset(avoid), dump=args.dump, **fixed)
     print(summary.line() + (f" seconds={summary.seconds:.1f}" if args.time else ""))
     for line in summary.details():
         print(line)

@@ -16,15 +16,25 @@ consume-transform-produce step. Faults (all drawn from the seed, see :class:`his
 * **lost replies** of conditional writes; **zombies** (crashed producers and Spark drivers used later);
 * **stalls**: a committer paused just before it creates its log entry, longer than the scaled truncation grace (a
   GC pause, a frozen VM), while the other workers commit, checkpoint and truncate the log;
+* **pauses** at store calls of every kind, reads included, before or after the backend applied them (and on local
+  disk inside a conditional create), longer than the scaled truncation grace, while another process checkpoints and
+  truncates the log past the paused one (:mod:`history.pauses`); whole worker processes stopped with ``SIGSTOP``
+  in the multi-process mode;
+* **process clocks** hours or days off, in either direction, for every decision a worker's process takes on its
+  host clock, maintenance included (:mod:`history.clocks`);
+* **a lying store**: a store that ignores conditional writes, opened through one writing path (producer, batch
+  sink, stream sink, maintenance, command line), which must refuse it (:mod:`history.lying`);
+* **damaged log files**: a coordinator checkpoint overwritten half way, and (behind a switch, ``damage_log``) a
+  log entry overwritten at the end, followed by the operator's repair (:mod:`history.repair`);
 * **maintenance races**: compaction, retention, GC with a short grace period, truncation, checkpoints, the timeout
   sweep and expiry, as steps of their own and run from another process *at* a protocol point of another operation;
 * **skewed clocks** (sweeps minutes off, expiry eight days ahead); **corrupt files** (one segment or partition
   record of one partition overwritten);
 * **read-only readers** (:class:`history.stores.ReadOnlyStore`): any write they attempt is an anomaly.
 
-Core defects the checker found are all fixed (:data:`KNOWN_DEFECTS`, each guarded by a regression test in
-``tests/test_history.py``); the default run exercises their triggers, and ``avoid`` skips a trigger, to tell a
-regression of one from a new defect.
+Core defects the checker found and that are fixed are :data:`KNOWN_DEFECTS` (each guarded by a regression test in
+``tests/test_history.py``); those found and not fixed yet are :data:`OPEN_DEFECTS`. The default run exercises the
+triggers of both, and ``avoid`` skips a trigger, to tell a known defect from a new one.
 """
 
 from __future__ import annotations
@@ -69,8 +79,9 @@ from coordinator.faults import InjectedCrash
 from coordinator.layout import marker_dir
 from coordinator.reader import output_schema, read_range
 from coordinator.topics import get_topic
+from history import clocks, lying, pauses, repair
 from history.checker import FAILED, OK, UNKNOWN, History, MiscOp, ReadOp, TxnOp
-from history.stores import FaultPlan, FaultyStore, ReadOnlyStore
+from history.stores import FaultPlan, FaultyStore, PausingLocalStore, ReadOnlyStore
 
 SCHEMA = pa.schema([pa.field("v", pa.string(), nullable=False)])
 #: topic -> partitions. Producers write a, b and in; only the consume-transform-produce step writes out; the Spark
@@ -122,6 +133,29 @@ KNOWN_DEFECTS: dict[str, str] = {
                  "publishes it for an hour (MAX_PUBLISH_MS): with a grace shorter than the compaction, the merged "
                  "segment a committed replace names is gone",
 }
+
+#: Defects in the core that the checker found and that are not fixed yet; ``avoid`` skips their triggers the same way
+#: (see ``docs/reliability.md``, "Found by pauses, clocks and lying stores").
+OPEN_DEFECTS: dict[str, str] = {
+    "paused-log-reader": "a process paused inside a read of the transaction log (after the store answered, or "
+                         "before it asked by name) for longer than the truncation grace holds a view the "
+                         "truncation passed by, and its next read within RECENT_S of the paused one asks for the "
+                         "next entry by name, finds it deleted and takes the view for fresh: its next commits are "
+                         "created under numbers the truncation freed, acknowledged and never read",
+    "linked-ghost": "on the local store a conditional create paused between writing its temp file and linking it "
+                    "creates the object with the temp file's time, from before the pause: the ghost check, judging "
+                    "by the store's times, takes a log entry created under a freed number for a real one",
+    "lying-stream-sink": "the streaming sink opens its stores with probe=False and never checks conditional writes: "
+                         "a store that ignores them is trusted and its log entries overwrite others",
+    "lying-cli": "the command line opens its store with probe=False, so the probe its writing commands ask for "
+                 "(Settings.open(write=True)) returns at once: a store that ignores conditional writes is trusted "
+                 "by produce, compact, expire, repair and the coordinator daemon",
+    "unnamed-last-checkpoint": "a damaged _last.json is neither checked by verify nor rewritten by the repair: "
+                               "readers fall back to the numbered checkpoints (with a warning), but the operator's "
+                               "tools never name it, and it stays damaged until a writer checkpoints again",
+}
+#: The writing path each ``lying-*`` open defect names.
+_LYING_DEFECTS = {"stream-sink": "lying-stream-sink", "cli": "lying-cli"}
 
 #: Compaction and GC never overlap within one process while ``gc-merged`` is avoided (reentrant: a maintenance
 #: race run inside a compaction holds it already, and then skips GC).
@@ -217,6 +251,9 @@ class WorkerSpec:
     streams: int = 0
     avoid: frozenset[str] = frozenset()
     tids: int = 2
+    pause_rate: float = 0.0
+    clock_skew_ms: int = 0
+    damage_checkpoint: bool = False
 
 
 @dataclass
@@ -264,8 +301,15 @@ class Worker:
         self.spec = spec
         self.rng = random.Random(spec.seed * 7919 + spec.wid)
         self.plan = FaultPlan(spec.seed, spec.wid, crash_rate=spec.fault_rate, error_rate=spec.error_rate,
-                              lost_reply_rate=spec.lost_reply_rate, race_rate=spec.race_rate)
+                              lost_reply_rate=spec.lost_reply_rate, race_rate=spec.race_rate,
+                              pause_rate=spec.pause_rate, avoid=spec.avoid)
         self.result = WorkerResult()
+        #: this process's host clock offset (read by :mod:`history.clocks` through the fault injector)
+        self.clock_skew_ms = spec.clock_skew_ms
+        self.pauser = pauses.Pauser(self.plan, spec.url, spec.options, spec.wid, self.result.ops.append,
+                                    lambda: f"w{spec.wid}.{self.n}",
+                                    truncate="log-truncation-grace" not in spec.avoid)
+        self.plan.pauser = self.pauser.pause
         self.tids = [f"w{spec.wid}t{k}" for k in range(spec.tids)] + (["ctp"] if spec.ctp else [])
         self.procs: dict[str, Proc] = {}
         self.txn_no: dict[str, int] = dict.fromkeys(self.tids, 0)
@@ -279,6 +323,7 @@ class Worker:
         self.n = 0
         self.races = 0
         self.damaged = not spec.damage  # True once done (or never wanted)
+        self.ckpt_damaged = not spec.damage_checkpoint
         self._following = ""
         self.reading: ReadOp | None = None
         self._racing = threading.local()
@@ -292,8 +337,12 @@ class Worker:
 
     def store(self) -> Store:
         """A new connection of a new or running process: the real backend behind the fault plan."""
-        inner = open_store(self.spec.url, self.spec.options)
+        inner = PausingLocalStore.of(open_store(self.spec.url, self.spec.options))
         return FaultyStore(inner, self.plan, avoid_intent_errors="intent-put" in self.spec.avoid)
+
+    def host_ms(self) -> int:
+        """This process's wall clock (ms): the host's, skewed by :attr:`clock_skew_ms`."""
+        return int(time.time() * 1000) + self.clock_skew_ms
 
     def plain_store(self) -> Store:
         return open_store(self.spec.url, self.spec.options)
@@ -309,7 +358,7 @@ class Worker:
             self.plan.hit("crash")
             raise InjectedCrash(name)
         if name == STALL_POINT and "stalled-committer" not in self.spec.avoid and self.spec.fault_rate and \
-                self.plan.draw("stall", name) < self.spec.fault_rate / 2:
+                self.plan.draw("stall", name) < self.spec.fault_rate / STALL_SHARE:
             self.plan.hit("stall")
             time.sleep(STALL_S)  # the other workers go on meanwhile
             if "log-truncation-grace" not in self.spec.avoid:
@@ -366,6 +415,8 @@ class Worker:
         self.start(tid, old.gen + 1)
 
     def run(self) -> WorkerResult:
+        if self.clock_skew_ms:
+            self.plan.hit("clock-skew")
         with faults.injected(self.injector):
             for tid in self.tids:
                 self.start(tid, 0)
@@ -379,6 +430,8 @@ class Worker:
             for i in range(self.spec.steps):
                 if not self.damaged and i >= self.spec.steps // 2:
                     self.damage()
+                if not self.ckpt_damaged and i >= self.spec.steps // 2:
+                    self.damage_checkpoint()
                 self.rng.choices(fns, weights)[0]()
         with self.no_faults():
             self.finish_queries()
@@ -723,7 +776,7 @@ class Worker:
         self.plan.hit("skewed-clock")
         try:
             coord = self.coordinator(self.store())
-            wall = int(time.time() * 1000) + skew
+            wall = self.host_ms() + skew
             coord.abort_timed_out(now=wall)
             if days:
                 self.plan.hit("expiry")
@@ -835,7 +888,7 @@ class Worker:
             coord.log.write_checkpoint()
         elif kind == "expire":
             self.plan.hit("expiry")
-            coord.expire_transactional_ids(now=int(time.time() * 1000) + 8 * DAY_MS)
+            coord.expire_transactional_ids(now=self.host_ms() + 8 * DAY_MS)
         else:
             coord.abort_timed_out()
 
@@ -894,6 +947,23 @@ class Worker:
         op.damaged = [path]
         op.end = now()
         self.plan.hit("corrupt-file")
+
+    def damage_checkpoint(self) -> None:
+        """Overwrite one coordinator checkpoint (``_last.json`` or a numbered one). Readers may fail naming it;
+        nothing else may change, and the operator's repair at the end must mend it or name it."""
+        self.ckpt_damaged = True
+        op = MiscOp(self._id("damage"), "damage", now(), detail="coordinator checkpoint")
+        self.result.ops.append(op)
+        with self.no_faults(), faults.injected(None):
+            path = repair.damage_log_file(self.plain_store(), "checkpoint", self.rng,
+                                          last="unnamed-last-checkpoint" not in self.spec.avoid)
+        if path is None:
+            op.detail += ": none written yet"
+            self.ckpt_damaged = False
+        else:
+            op.damaged = [path]
+            self.plan.hit("damaged-checkpoint")
+        op.end = now()
 
     # -- Spark sinks ------------------------------------------------------------------------------------------
 
@@ -1103,6 +1173,11 @@ def _snapshot_records(tables: dict[str, pa.Table]) -> list[tuple[str, int, int |
 #: ``TransactionLog.truncate`` holds at any scale; a pause longer than ``RECENT_S`` is the assumption it rests on).
 SCALED_RECENT_S = 0.25
 SCALED_MIN_LOG_GRACE_MS = 500
+#: The pause rate of a history with pauses, as a share of its fault (crash) rate: per store call under ``_txn/``.
+PAUSE_SHARE = 1 / 6
+#: A committer stalls at its protocol point at the fault rate divided by this (pauses drawn at store calls cover the
+#: same place too: before the conditional create of a log entry).
+STALL_SHARE = 16
 #: Where a stall pauses a committer (after it read the log, before it creates its entry), and for how long: past
 #: the scaled grace period, so that the entry's number may have been used, checkpointed and truncated meanwhile.
 STALL_POINT = "txnlog.entry.before"
@@ -1136,11 +1211,78 @@ def _drain(who: str, timeout: float = 120.0) -> None:
 
 def run_worker(spec: WorkerSpec) -> WorkerResult:
     """Run one worker to completion (in this thread or process)."""
-    with scaled_log_clock() if multiprocessing.parent_process() is not None else contextlib.nullcontext():
+    with history_clocks() if multiprocessing.parent_process() is not None else contextlib.nullcontext():
         if spec.sinks or spec.streams:
             with sink_connections():
                 return Worker(spec).run()
         return Worker(spec).run()
+
+
+@contextlib.contextmanager
+def history_clocks() -> Iterator[None]:
+    """The clocks a history runs on: the log's scaled down (:func:`scaled_log_clock`), and each process's host
+    clock skewed by its own offset (:func:`history.clocks.host_clocks`, over every module that reads it)."""
+    import coordinator.cli.daemon  # noqa: F401 - loaded before the host clock is patched
+    import coordinator.maintenance  # noqa: F401
+    import coordinator.sweeps  # noqa: F401
+
+    with scaled_log_clock(), clocks.host_clocks():
+        yield
+
+
+def _process_main(spec: WorkerSpec, results: Any, ready: Any) -> None:
+    """A worker process: says it is running (its imports are done), runs, and sends its result (or the failure)."""
+    ready.set()
+    try:
+        results.put((spec.wid, run_worker(spec), None))
+    except BaseException:  # noqa: BLE001 - reported to the parent, which fails the history
+        results.put((spec.wid, None, traceback.format_exc()))
+
+
+def _run_processes(params: HistoryParams, specs: list[WorkerSpec]) -> tuple[list[WorkerResult], list[MiscOp]]:
+    """Run the workers as processes, stopping some of them for a while (``SIGSTOP``, :func:`pauses.stop_processes`)
+    as drawn; returns their results and the stops."""
+    import queue as queues
+
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    ready = [ctx.Event() for _ in specs]
+    procs = [ctx.Process(target=_process_main, args=(spec, results, ready[i]), name=f"history-worker-{i}")
+             for i, spec in enumerate(specs)]
+    for proc in procs:
+        proc.start()
+    done = threading.Event()
+    stops: list[MiscOp] = []
+    got: dict[int, WorkerResult] = {}
+    stopper = threading.Thread(target=lambda: stops.extend(pauses.stop_processes(
+        params.seed, params.url, params.options, [proc.pid or 0 for proc in procs], lambda w: ready[w].is_set(),
+        lambda w: w not in got and procs[w].is_alive(), params.process_pauses, done,
+        truncate="log-truncation-grace" not in params.avoid)), name="stopper")
+    stopper.start()
+    failure: str | None = None
+    try:
+        while len(got) < len(procs) and failure is None:
+            try:
+                wid, result, tb = results.get(timeout=1.0)
+            except queues.Empty:
+                dead = [i for i, proc in enumerate(procs) if i not in got and proc.exitcode not in (None, 0)]
+                if dead:
+                    failure = f"worker process {dead[0]} died with exit code {procs[dead[0]].exitcode}"
+                continue
+            if tb is not None:
+                failure = f"worker {wid} failed:\n{tb}"
+            else:
+                got[wid] = result
+    finally:
+        done.set()
+        stopper.join()
+        for proc in procs:
+            if failure is not None:
+                proc.terminate()
+            proc.join()
+    if failure is not None:
+        raise RuntimeError(failure)
+    return [got[i] for i in range(len(procs))], stops
 
 
 @dataclass(frozen=True)
@@ -1168,15 +1310,38 @@ class HistoryParams:
     sinks: bool = False
     streams: int = 0
     avoid: frozenset[str] = frozenset()
+    #: chance that a store call under ``_txn/`` pauses (see :class:`history.stores.FaultPlan`)
+    pause_rate: float = 0.0
+    #: whole worker processes stopped (``--processes`` only)
+    process_pauses: int = 0
+    #: each worker's host clock offset (ms); missing workers have none
+    clock_skews: tuple[int, ...] = ()
+    #: the writing path opened on a store that ignores conditional writes ("": none); ``lying_cli`` picks the
+    #: command when it is the command line
+    lying: str = ""
+    lying_cli: int = 0
+    #: worker 0 overwrites a coordinator checkpoint half way
+    damage_checkpoint: bool = False
+    #: a log entry is overwritten at the end, before the operator's repair (a switch: no repair exists yet)
+    damage_log: bool = False
 
     def describe(self) -> str:
         kind = "processes" if self.processes else "threads"
+        skews = ",".join(clocks.describe(k) if k else "0" for k in self.clock_skews)
         return (f"seed={self.seed} workers={self.workers} ({kind}) steps={self.steps} fault_rate={self.fault_rate} "
                 f"error_rate={self.error_rate} lost_reply_rate={self.lost_reply_rate} race_rate={self.race_rate} "
                 f"read_only={self.read_only_rate} maintenance={self.maintenance} damage={self.damage} "
                 f"sinks={self.sinks} streams={self.streams} ckpt={self.checkpoint_interval} "
-                f"segment={self.segment_format}/{self.segment_bytes}"
+                f"segment={self.segment_format}/{self.segment_bytes} pause_rate={self.pause_rate:g}"
+                + (f" process_pauses={self.process_pauses}" if self.processes else "")
+                + (f" clock_skews={skews}" if any(self.clock_skews) else "")
+                + (f" lying={self.lying}" if self.lying else "")
+                + (" damage_checkpoint" if self.damage_checkpoint else "")
+                + (" damage_log" if self.damage_log else "")
                 + (f" avoided={sorted(self.avoid)}" if self.avoid else ""))
+
+    def skew(self, w: int) -> int:
+        return self.clock_skews[w] if w < len(self.clock_skews) else 0
 
 
 def params_for(seed: int, url: str, options: dict[str, str] | None = None, *, fault_rate: float = 0.03,
@@ -1200,9 +1365,26 @@ def params_for(seed: int, url: str, options: dict[str, str] | None = None, *, fa
         sinks=rng.random() < 0.5,
         streams=rng.choice([0, 0, 1, 2]),
     )
+    # drawn after the others, so that the shapes drawn above stay those of earlier versions
+    drawn.update(
+        pause_rate=rng.choice([0.0, 0.0, 0.0, fault_rate * PAUSE_SHARE]),
+        process_pauses=rng.choice([0, 1, 1, 2]),
+        clock_skews=tuple(clocks.draw_skew(rng.random(), rng.random(), rng.random() < 0.5) for _ in range(8))
+        if rng.random() < 0.3 else (),
+        lying=rng.choice(lying.PATHS) if rng.random() < 0.25 else "",
+        lying_cli=rng.randrange(len(lying.CLI_COMMANDS)),
+        damage_checkpoint=rng.random() < 0.25,
+    )
     if processes:
         drawn["workers"] = max(2, drawn["workers"])
+    if fixed.get("clock_skews") == "all":  # every worker skewed (hours or days, either way)
+        fixed = {**fixed, "clock_skews": tuple(clocks.draw_skew(1 / 3 + 2 / 3 * rng.random(), rng.random(),
+                                                                rng.random() < 0.5) for _ in range(8))}
     drawn.update(fixed)
+    avoided = {path for path, name in _LYING_DEFECTS.items() if name in fixed.get("avoid", frozenset())}
+    if drawn["lying"] in avoided:  # another path instead
+        paths = [p for p in lying.PATHS if p not in avoided]
+        drawn["lying"] = paths[lying.PATHS.index(drawn["lying"]) % len(paths)]
     return HistoryParams(seed=seed, url=url, options=dict(options or {}), fault_rate=fault_rate,
                          processes=processes, **drawn)
 
@@ -1214,8 +1396,9 @@ def setup_topics(url: str, options: dict[str, str]) -> None:
 
 
 def run_history(params: HistoryParams) -> History:
-    """Set up topics, run the workers (threads, or processes), then take the fault-free final read."""
-    with scaled_log_clock():
+    """Set up topics, run the workers (threads, or processes), drive a writing path against a lying store and
+    damage the log as drawn, let the operator repair damaged log files, then take the fault-free final read."""
+    with history_clocks():
         return _run_history(params)
 
 
@@ -1233,13 +1416,13 @@ def _run_history(params: HistoryParams) -> History:
                         error_rate=params.error_rate, race_rate=params.race_rate if solo(w) else 0.0,
                         read_only_rate=params.read_only_rate, maintenance=params.maintenance and solo(w),
                         damage=params.damage and w == 0, sinks=params.sinks, streams=params.streams,
-                        avoid=params.avoid)
+                        avoid=params.avoid, pause_rate=params.pause_rate, clock_skew_ms=params.skew(w),
+                        damage_checkpoint=params.damage_checkpoint and w == 0)
              for w in range(params.workers)]
     results: list[WorkerResult] = []
+    stops: list[MiscOp] = []
     if params.processes:
-        ctx = multiprocessing.get_context("spawn")
-        with ctx.Pool(len(specs)) as pool:
-            results = pool.map(run_worker, specs)
+        results, stops = _run_processes(params, specs)
     elif len(specs) == 1:
         results = [run_worker(specs[0])]
     else:
@@ -1268,8 +1451,34 @@ def _run_history(params: HistoryParams) -> History:
         h.ops += r.ops
         h.faults.update(r.faults)
     h.faults["maintenance-race"] += _concurrent_maintenance(results)
+    h.ops += stops
+    h.faults["process-pause"] += sum(o.kind == "process-pause" for o in stops)
+    _after_workers(params, h)
     h.final, h.final_groups, h.verify = final_read(params.url, params.options)
     return h
+
+
+def _after_workers(params: HistoryParams, h: History) -> None:
+    """Between the workers and the final read: a writing path opened on a lying store (on a scratch copy of the
+    store), a log entry damaged (``damage_log``), and the operator's repair of every damaged log file."""
+    if params.lying:
+        op = MiscOp("lying", "lying-store", now())
+        h.ops.append(lying.open_lying(op, params.url, params.options, params.lying,
+                                      lying.CLI_COMMANDS[params.lying_cli], setup_topics, spark_schema, SCHEMA))
+        op.end = now()
+        h.faults["lying-store"] += 1
+    if params.damage_log:
+        op = MiscOp("damage-log", "damage", now(), detail="log entry")
+        path = repair.damage_log_file(open_store(params.url, params.options), "log-entry",
+                                      random.Random(params.seed * 13 + 5))
+        if path is not None:
+            op.damaged = [path]
+            h.faults["damaged-log-entry"] += 1
+        op.end = now()
+        h.ops.append(op)
+    log_files = sorted(p for p in h.damaged() if p.startswith("_txn/"))
+    if log_files:
+        h.ops.append(repair.operator_repair(params.url, params.options, log_files))
 
 
 def _concurrent_maintenance(results: list[WorkerResult]) -> int:

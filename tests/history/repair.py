@@ -1,0 +1,94 @@
+"""Damaged transaction-log files and the operator's repair, for the history workload.
+
+:func:`damage_log_file` overwrites one coordinator checkpoint (``_last.json`` or a numbered one) or one retained log
+entry, as a disk or a buggy tool would. :func:`operator_repair` then does what the operator's documentation says:
+``txnlog verify``, ``txnlog repair --execute``, ``TransactionCoordinator.repair_records(damaged=True)``, and
+``txnlog verify`` again; and records, as a ``repair`` operation, which damaged files are still damaged afterwards
+(``unrepaired``) and which of those the repair or ``verify`` named (``named``). The checker's rule ``unrepaired``
+judges it: a damaged log entry must be repaired (no repair of log entries exists yet: the rule reports every one,
+which is why that damage is behind a switch); anything else left damaged must be named.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+from coordinator import CorruptLogError, TransactionCoordinator, TxnLogError, open_store
+from coordinator.layout import LAST_CHECKPOINT, TXN_CHECKPOINT, TXN_LOG, parse_seq
+from coordinator.records import LogEntry, check_format, decode_json
+from coordinator.state import CoordinatorState
+from coordinator.store import Store
+from history.checker import UNKNOWN, MiscOp
+from history.lying import run_cli
+
+DAMAGE = b"overwritten by the history workload"
+#: What each kind of log damage overwrites.
+LOG_KINDS = ("checkpoint", "log-entry")
+
+
+def now() -> int:
+    return time.monotonic_ns()
+
+
+def damage_log_file(store: Store, kind: str, rng: random.Random, *, last: bool = True) -> str | None:
+    """Overwrite one coordinator checkpoint (``kind`` ``checkpoint``: ``_last.json`` unless not ``last``, or a
+    numbered one) or one retained log entry (``log-entry``), chosen with ``rng``; returns its path (None: there is
+    none yet)."""
+    if kind == "checkpoint":
+        names = [f"{TXN_CHECKPOINT}/{n}" for n in store.list(TXN_CHECKPOINT)
+                 if parse_seq(n) is not None or (last and f"{TXN_CHECKPOINT}/{n}" == LAST_CHECKPOINT)]
+    else:
+        names = [f"{TXN_LOG}/{n}" for n in store.list(TXN_LOG) if parse_seq(n) is not None]
+    if not names:
+        return None
+    path = rng.choice(sorted(names))
+    store.put(path, DAMAGE)
+    return path
+
+
+def still_damaged(store: Store, path: str) -> bool:
+    """Whether the log entry or checkpoint at ``path`` still does not decode (a file gone is not damaged)."""
+    try:
+        data = store.get(path)
+    except FileNotFoundError:
+        return False
+    try:
+        if path.startswith(TXN_LOG + "/"):
+            LogEntry.from_bytes(data, path)
+        else:
+            d = decode_json(data, path, "coordinator checkpoint")
+            check_format(d, path)
+            CoordinatorState.from_json(d, path)
+    except (CorruptLogError, TxnLogError, ValueError, KeyError, TypeError):
+        return True
+    return False
+
+
+def operator_repair(url: str, options: dict[str, str], damaged: list[str]) -> MiscOp:
+    """The operator's repair of a store whose ``damaged`` log files are known (see the module docstring)."""
+    op = MiscOp("repair", "repair", now(), detail="")
+    said: list[str] = []
+    steps: list[str] = []
+    for args in (["verify"], ["repair", "--execute"]):
+        code, text = run_cli(url, options, args)
+        said.append(text)
+        steps.append(f"txnlog {' '.join(args)}: exit {code}")
+    store = open_store(url, options)
+    try:
+        n = TransactionCoordinator(store).repair_records(damaged=True)
+        steps.append(f"repair_records(damaged=True): {n} written")
+    except TxnLogError as exc:
+        said.append(str(exc))
+        steps.append(f"repair_records(damaged=True): {type(exc).__name__}")
+    code, text = run_cli(url, options, ["verify"])
+    said.append(text)
+    steps.append(f"txnlog verify: exit {code}")
+    op.unrepaired = [p for p in damaged if still_damaged(store, p)]
+    told = "\n".join(said)
+    op.named = [p for p in op.unrepaired if p in told or p.rsplit("/", 1)[-1] in told]
+    if op.unrepaired:
+        op.outcome = UNKNOWN
+    op.detail = "; ".join(steps)
+    op.end = now()
+    return op
