@@ -1620,24 +1620,25 @@ def _damaged_lake(what: str) -> tuple[str, str]:
     return url, path
 
 
-def test_the_operators_repair_names_a_damaged_numbered_checkpoint_it_leaves() -> None:
+def test_the_operators_repair_mends_a_damaged_numbered_checkpoint() -> None:
+    """``txnlog repair --log --execute`` rewrites a damaged numbered checkpoint from the entries."""
     url, path = _damaged_lake("checkpoint")
     op = repair.operator_repair(url, {}, [path])
-    assert op.unrepaired == [path] and op.named == [path], op.detail
+    assert op.unrepaired == [], op.detail
     assert unrepaired(History(1, "repair", ops=[op])) == []
 
 
 def test_the_operators_repair_mends_or_names_a_damaged_last_checkpoint() -> None:
-    """Open defect ``unnamed-last-checkpoint`` (fails until fixed): ``verify`` does not read ``_last.json`` and the
-    repair does not rewrite it, so a damaged one is neither mended nor named."""
+    """Defect ``unnamed-last-checkpoint`` (fixed): ``verify`` did not read ``_last.json`` and the repair did not
+    rewrite it, so a damaged one was neither mended nor named."""
     url, path = _damaged_lake("last")
     op = repair.operator_repair(url, {}, [path])
     assert unrepaired(History(1, "repair", ops=[op])) == [], op.detail
 
 
 def test_the_operators_repair_mends_a_damaged_log_entry() -> None:
-    """No repair of a damaged log entry exists yet (``txnlog repair`` stops at it, naming it): fails until one
-    does. The histories damage log entries only with ``run.py --damage-log`` for that reason."""
+    """``txnlog repair --log --execute`` rebuilds a damaged log entry from the copies (before it existed, the repair
+    stopped at the entry, naming it). The histories damage log entries only with ``run.py --damage-log``."""
     url, path = _damaged_lake("log-entry")
     op = repair.operator_repair(url, {}, [path])
     assert path in op.named or not op.unrepaired, op.detail
@@ -1645,13 +1646,13 @@ def test_the_operators_repair_mends_a_damaged_log_entry() -> None:
 
 
 def test_a_process_paused_inside_a_log_read_never_loses_or_hides_an_acknowledged_commit() -> None:
-    """Open defect ``paused-log-reader`` (fails until fixed), found by the pause fault: a process paused inside a
-    read of the log (here: before asking for the next entry by name, or after a listing) past the truncation grace
-    holds a view the truncation passed by; its next read within ``RECENT_S`` asks for the next entry by name, finds
-    it deleted and takes the view for fresh. A producer then creates its next entries under freed numbers
-    (here: a consume-transform-produce commit acknowledged, never read, its records clashing with the log's); a
-    reader keeps missing acknowledged commits (``run.py --seed 721 --histories 1 --workers 1 --pause-rate 0.03``).
-    A single-worker history: reproducible from its seed (up to timing)."""
+    """Defect ``paused-log-reader`` (fixed by proving entries without clocks), found by the pause fault: a process
+    paused inside a read of the log (here: before asking for the next entry by name, or after a listing) past the
+    truncation grace holds a view the truncation passed by; its next read within ``RECENT_S`` asks for the next
+    entry by name, finds it deleted and takes the view for fresh. A producer then creates its next entries under
+    freed numbers (here: a consume-transform-produce commit acknowledged, never read, its records clashing with the
+    log's); a reader keeps missing acknowledged commits (``run.py --seed 721 --histories 1 --workers 1 --pause-rate
+    0.03``). A single-worker history: reproducible from its seed (up to timing)."""
     url = f"memory://paused-reader-{uuid.uuid4().hex}"
     try:
         h = run_history(params_for(712, url, workers=1, pause_rate=0.03, avoid=OPEN - {"paused-log-reader"}))
@@ -1662,9 +1663,10 @@ def test_a_process_paused_inside_a_log_read_never_loses_or_hides_an_acknowledged
 
 
 def test_a_local_log_entry_paused_before_its_link_is_never_acknowledged_as_a_ghost(tmp_path: Path) -> None:
-    """Open defect ``linked-ghost`` (fails until fixed), found by the pause fault on local disk: a log entry whose
-    creation paused between its temp file and its link, while another process truncated the log, is created under
-    a freed number with the temp file's time; the ghost check, judging by the store's times, takes it for real."""
+    """Defect ``linked-ghost`` (fixed by proving entries without clocks), found by the pause fault on local disk: a log
+    entry whose creation paused between its temp file and its link, while another process truncated the log, is
+    created under a freed number with the temp file's time; the ghost check, judging by the store's times, takes it
+    for real."""
     h = run_history(params_for(816, f"file://{tmp_path}/ghost", workers=1, pause_rate=0.05,
                                avoid=OPEN - {"linked-ghost"}))
     assert any(o.kind == "pause" and "inside put_if_absent _txn/log/" in o.detail for o in h.misc())

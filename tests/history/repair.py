@@ -2,11 +2,12 @@
 
 :func:`damage_log_file` overwrites one coordinator checkpoint (``_last.json`` or a numbered one) or one retained log
 entry, as a disk or a buggy tool would. :func:`operator_repair` then does what the operator's documentation says:
-``txnlog verify``, ``txnlog repair --execute``, ``TransactionCoordinator.repair_records(damaged=True)``, and
+``txnlog verify``, ``txnlog repair --log --execute`` (damaged log entries and checkpoints rebuilt from the copies),
+``txnlog repair --execute``, ``TransactionCoordinator.repair_records(damaged=True)``, and
 ``txnlog verify`` again; and records, as a ``repair`` operation, which damaged files are still damaged afterwards
 (``unrepaired``) and which of those the repair or ``verify`` named (``named``). The checker's rule ``unrepaired``
-judges it: a damaged log entry must be repaired (no repair of log entries exists yet: the rule reports every one,
-which is why that damage is behind a switch); anything else left damaged must be named.
+judges it: a damaged log entry must be repaired; anything else left damaged must be named. (Damaged log entries are
+behind a switch, ``run.py --damage-log``: the default run damages checkpoints only.)
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def operator_repair(url: str, options: dict[str, str], damaged: list[str]) -> Mi
     op = MiscOp("repair", "repair", now(), detail="")
     said: list[str] = []
     steps: list[str] = []
-    for args in (["verify"], ["repair", "--execute"]):
+    for args in (["verify"], ["repair", "--log", "--execute"], ["repair", "--execute"]):
         code, text = run_cli(url, options, args)
         said.append(text)
         steps.append(f"txnlog {' '.join(args)}: exit {code}")

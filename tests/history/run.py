@@ -11,7 +11,7 @@ seed ``S + i``), and exits 1 when there are anomalies. ``--avoid`` stops exercis
 histories found, fixed (``workload.KNOWN_DEFECTS``; ``--avoid all`` for every one) or not yet
 (``workload.OPEN_DEFECTS``; ``--avoid open``), to tell a known defect from a new one. ``--pause-rate``,
 ``--process-pauses``, ``--clock-skew`` and ``--lying`` give every history that fault instead of drawing it;
-``--damage-log`` (off by default: no repair of a damaged log entry exists yet, so every such history reports it)
+``--damage-log`` (off by default; the operator's repair, ``txnlog repair --log``, must mend each one)
 overwrites a log entry before the operator's repair. ``--long`` is the long mode: 1,000 histories of 40 steps at
 fault rate 0.05 unless given otherwise.
 """

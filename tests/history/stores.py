@@ -125,12 +125,10 @@ class PausingLocalStore(LocalStore):
 
     @classmethod
     def of(cls, store: Store) -> Store:
-        """``store`` as a pausing local store when it is a local one (same root and probe setting), else itself."""
+        """``store`` as a pausing local store when it is a local one (same root), else itself."""
         if not isinstance(store, LocalStore) or isinstance(store, PausingLocalStore):
             return store
-        out = cls(store.url, store.root)
-        out.probe_required = store.probe_required
-        return out
+        return cls(store.url, store.root)
 
     @contextmanager
     def pausing_inside(self, pause: Callable[[], None]) -> Iterator[None]:
@@ -337,14 +335,12 @@ LYING_ENDPOINT = "http://conditional-writes-ignored.invalid"
 class LyingStore(Store):
     """A real store reached through a gateway that ignores conditional writes: ``put_if_absent`` overwrites whatever
     is there and reports success. Every conditional write outside the probe's folder is recorded in
-    :attr:`accepted` (a writer that did one has trusted the store), every write in :attr:`writes`. ``probe_required``
-    is taken from the opened backend, as ``open_store(..., probe=...)`` set it."""
+    :attr:`accepted` (a writer that did one has trusted the store), every write in :attr:`writes`."""
 
     def __init__(self, inner: Store) -> None:
         super().__init__(inner.url)
         self.inner = inner
         self.endpoint = LYING_ENDPOINT
-        self.probe_required = inner.probe_required
         self.accepted: builtins.list[str] = []
         self.writes: builtins.list[str] = []
         self._lock = threading.Lock()
