@@ -386,3 +386,45 @@ def test_a_zombie_many_epochs_behind_is_told_fenced_from_the_state_alone() -> No
     with pytest.raises(ProducerFencedError):
         zombie.commit_transaction()
     assert "zombie" not in _values(url)
+
+
+class _LoseOnePausedAfter(_Paused):
+    """The next log entry's conditional create is applied but its reply lost; after that, ``after`` runs."""
+
+    armed = True
+
+    def lose(self, path: str) -> str | None:
+        if self.armed and path.startswith(TXN_LOG + "/"):
+            self.armed = False
+            return "unknown"
+        return None
+
+
+def test_a_commit_whose_entry_reply_was_lost_is_never_answered_fenced_after_a_truncation_and_expiry() -> None:
+    """G5/G7 (found by the widened histories, seed 10113). A commit's entry is created but its reply lost
+    (``CommitStateUnknownError``); learning the outcome, the process pauses inside its listing of the log while
+    others move the log on, truncate past that entry and expire the producer's id. The deciding entry is gone and
+    the state forgot the producer: the answer must be the decision or ``CommitStateUnknownError``, never
+    ``ProducerFencedError`` for a transaction every reader sees."""
+    url = _memory()
+    net = _LoseOnePausedAfter(open_store(url))
+    p = Producer(net, "lost", coordinator=TransactionCoordinator(net, checkpoint_interval=0))
+    p.init_transactions()
+    net.armed = True
+
+    def expire_too() -> None:
+        _others_move_on_and_truncate(url)
+        far = int((time.time() + 8 * 86400) * 1000)
+        assert "lost" in TransactionCoordinator(open_store(url)).expire_transactional_ids(now=far)
+
+    pause = _once(expire_too)
+    net.after = lambda kind, path: pause() if kind == "list" and path == TXN_LOG and not net.armed else None
+    p.begin_transaction()
+    p.send("t", [{"v": "lost"}])
+    try:
+        p.commit_transaction()
+    except CommitStateUnknownError:
+        pass
+    except ProducerFencedError:
+        pytest.fail("answered fenced for a transaction the log committed")
+    assert "lost" in _values(url)

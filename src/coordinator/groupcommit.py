@@ -303,6 +303,11 @@ class GroupCommit:
             others = self._waiting(names, req.id) if fetch else self._known_waiting(names, req.id)
             if decide(req, self.state.copy(), max(_now_ms(self.store), self.state.ts)) is None:
                 return None, Outcome("noop", reason=f"request {req.id} has nothing left to decide"), False
+            # from here on the request may be decided by an entry after the view (a create whose reply is lost, a
+            # truncation passing this process by): its retries look for the decision from there
+            self._waited.setdefault(req.id, self.state.seq)
+            while len(self._waited) > _WAITED_KEPT:
+                self._waited.popitem(last=False)
             won = self._append([req, *others])
             if won is None:
                 return None, None, False
