@@ -155,6 +155,12 @@ MUTANTS: tuple[Mutant, ...] = (
          f"{_TIMING}::test_a_fenced_answer_is_given_only_when_the_log_proves_the_transaction_was_not_committed"),
         "G3: a zombie of a fenced epoch is answered unknown, or fenced for a transaction that committed"),
     Mutant(
+        "attempt-not-counted-as-waiting", "coordinator/groupcommit.py",
+        "            self._waited.setdefault(req.id, self.state.seq)\n            while len(self._waited)",
+        "            pass\n            while len(self._waited)",
+        (f"{_TIMING}::test_a_commit_whose_entry_reply_was_lost_is_never_answered_fenced_after_a_truncation_and_expiry",),
+        "G5/G7: a commit whose entry's reply was lost, truncated since with its producer expired, is answered fenced"),
+    Mutant(
         "sink-commit-deletes-on-fenced", "txnsink/batch.py",
         "result = coord.commit(self.ident, self.txn, segs, app=app, end_producer=self.ephemeral)",
         "result = coord.commit(self.ident, self.txn, segs, app=app, end_producer=self.ephemeral) if "
