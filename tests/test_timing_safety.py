@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -213,23 +214,30 @@ def test_a_ghost_linked_by_the_local_store_after_a_pause_is_not_accepted(tmp_pat
     _assert_acknowledged_is_readable(url, acknowledged)
 
 
+def _batch_job(url: str, value: str) -> tuple[Any, Any, Callable[[], Any]]:
+    """A Spark batch job with ``transactionalId`` "job", driven as Spark drives it: its driver's writer, the message
+    of the one task that staged ``value``, and a function that starts the job again (a new epoch of the id)."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from txnsink import make_writer
+    from txnsink.staging import TaskIds, stage_batches
+
+    schema = StructType([StructField("v", StringType(), False)])
+    opts = {"path": url, "topic": "t", "transactionalId": "job"}
+    w = make_writer(opts, schema, False)
+    rows = iter([pa.RecordBatch.from_pylist([{"v": value}], schema=_T)])
+    msg = stage_batches(open_store(url), w.plan, rows, TaskIds(0, 0, 0), w.txn)
+    return w, msg, lambda: make_writer(opts, schema, False)
+
+
 def test_a_fenced_answer_is_given_only_when_the_log_proves_the_transaction_was_not_committed() -> None:
     """G3/G5, issue 26 point 3. A Spark batch job's commit waits as an intent, pauses; another writer's entry
     commits it; the job is restarted (a new epoch of the same ``transactionalId``); the log is truncated past the
     deciding entry. The resumed commit was answered ``ProducerFencedError`` and the sink deleted the committed
     files: readers then failed for good on the missing files. The state now remembers what each fenced epoch
     decided, so the resumed commit learns it committed."""
-    from pyspark.sql.types import StringType, StructField, StructType
-
-    from txnsink import make_writer
-    from txnsink.staging import TaskIds, stage_batches
-
     url = _memory()
-    schema = StructType([StructField("v", StringType(), False)])
-    opts = {"path": url, "topic": "t", "transactionalId": "job"}
-    w = make_writer(opts, schema, False)
-    rows = iter([pa.RecordBatch.from_pylist([{"v": "job-1"}], schema=_T)])
-    msg = stage_batches(open_store(url), w.plan, rows, TaskIds(0, 0, 0), w.txn)
+    w, msg, restart = _batch_job(url, "job-1")
     other = Producer(open_store(url), "other")
     other.init_transactions()
     seen: list[str] = []
@@ -245,7 +253,7 @@ def test_a_fenced_answer_is_given_only_when_the_log_proves_the_transaction_was_n
                 with other.transaction():  # its writer decides the waiting intent: the job is committed
                     other.send("t", [{"v": "second"}])
                 assert "job-1" in _values(url)
-                make_writer(opts, schema, False)  # the job restarted: a new epoch fences the paused driver
+                restart()  # the job restarted: a new epoch fences the paused driver
                 _others_move_on_and_truncate(url)
 
     with faults.injected(lose_the_race_then_pause):
@@ -264,20 +272,11 @@ def test_a_fenced_answer_is_given_only_when_the_log_proves_the_transaction_was_n
 def test_a_batch_sink_commit_answered_fenced_deletes_nothing_and_its_abort_deletes_what_the_log_aborted() -> None:
     """G8, issue 26 point 3. A commit refused because a newer epoch fenced the job deletes nothing itself; Spark's
     ``abort`` then deletes the staged files, since the log says that transaction can never commit."""
-    from pyspark.sql.types import StringType, StructField, StructType
-
-    from txnsink import make_writer
-    from txnsink.staging import TaskIds, stage_batches
-
     url = _memory()
-    schema = StructType([StructField("v", StringType(), False)])
-    opts = {"path": url, "topic": "t", "transactionalId": "job"}
-    w = make_writer(opts, schema, False)
-    rows = iter([pa.RecordBatch.from_pylist([{"v": "zombie"}], schema=_T)])
-    msg = stage_batches(open_store(url), w.plan, rows, TaskIds(0, 0, 0), w.txn)
+    w, msg, restart = _batch_job(url, "zombie")
     staged = [i.path for i in open_store(url).list_info("topics/t/0/data")]
     assert staged
-    make_writer(opts, schema, False)  # a newer job with the same transactionalId
+    restart()  # a newer job with the same transactionalId
     with pytest.raises(ProducerFencedError):
         w.commit([msg])
     assert [i.path for i in open_store(url).list_info("topics/t/0/data")] == staged, "commit deleted files"
