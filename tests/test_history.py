@@ -1461,10 +1461,11 @@ def test_fencing_rule_accepts_a_zombie_told_its_decision_cannot_be_told_only_whe
     assert "fencing" in {a.kind for a in check(h)}
 
 
-def _preview(seed: int, kind: str, place: str) -> str:
-    """Where a store call of ``kind`` on ``place`` pauses under a pause rate of 1 (a throwaway plan's draws: the
-    draws are a pure function of the seed and the place)."""
+def _preview(seed: int, kind: str, place: str, op: int = 0) -> str:
+    """Where the first store call of ``kind`` on ``place`` in operation ``op`` pauses under a pause rate of 1 (a
+    throwaway plan's draws: the draws are a pure function of the seed, the operation and the place)."""
     plan = FaultPlan(seed, 0, pause_rate=1.0)
+    plan.begin_op(op)
     plan.pauser = lambda where: None
     return FaultyStore(MemoryStore("memory://preview"), plan)._pause_at(kind, place) or "none"
 
@@ -1621,3 +1622,83 @@ def test_a_local_log_entry_paused_before_its_link_is_never_acknowledged_as_a_gho
                                avoid=OPEN - {"linked-ghost"}))
     assert any(o.kind == "pause" and "inside put_if_absent _txn/log/" in o.detail for o in h.misc())
     assert check(h) == [], h.params
+
+
+def _pausing_only(seed: int, url: str, where: str) -> tuple[FaultyStore, list[MiscOp], Callable[[], None]]:
+    """A process's store connection that, once armed (the third value: it also begins operation 1 of the plan),
+    pauses (past the grace, while another process truncates the log) at the first store call whose place starts
+    with ``where`` (``before put_if_absent _txn/log/``, say), and nowhere else; ``seed`` must draw that placement
+    there in operation 1 (see :func:`_preview`). The second value collects the pause and its pass."""
+    plan = FaultPlan(seed, 0, pause_rate=1.0)
+    ops: list[MiscOp] = []
+    pauser = pauses.Pauser(plan, url, {}, 0, ops.append, lambda: "w0.1")
+    state: list[str] = []
+
+    def pause(at: str) -> None:
+        if state == ["armed"] and at.startswith(where):
+            state.append("paused")
+            pauser.pause(at)
+
+    def arm() -> None:
+        plan.begin_op(1)
+        state.append("armed")
+
+    plan.pauser = pause
+    return FaultyStore(open_store(url), plan), ops, arm
+
+
+def test_a_compaction_paused_right_after_creating_its_entry_keeps_the_segment_it_published() -> None:
+    """Open defect ``paused-after-create`` (fails until fixed), found by the pause fault (``run.py --long --seed 579
+    --histories 1 --avoid open``, 2 workers: "segment ...~merged.parquet named by a commit marker is missing"): a
+    writer paused right after creating its log entry, while another process truncated the log past it, finds the
+    entry gone and takes it for a possible ghost; the request it decided is decided again and the compaction, told
+    its replace was not done, deletes the merged segment the entry had published."""
+    from coordinator.maintenance import compact_partition
+
+    entry = txn_log_path(9)
+    seed = next(s for s in range(200) if _preview(s, "put_if_absent", entry, op=1) == "after")
+    url = _lake("after-create")
+    _busy(url, range(4))  # four one-row segments in t/0
+    with scaled_log_clock():
+        store, ops, arm = _pausing_only(seed, url, "after put_if_absent _txn/log/")
+        arm()
+        compact_partition(TransactionCoordinator(store, checkpoint_interval=0), "t", 0, target_bytes=1 << 20)
+    assert [o.kind for o in ops][:1] == ["pause"], ops
+    assert _values(url) == ["b0", "b1", "b2", "b3"]
+    assert ti.verify(open_store(url)) == []
+
+
+def test_a_committer_paused_before_its_entry_that_dies_right_after_leaves_no_ghost_a_zombie_reads() -> None:
+    """Open defect ``orphaned-ghost`` (fails until fixed), found by the pause fault (``run.py --long --seed 261
+    --histories 1 --avoid open``, 3 workers: a zombie's retry acknowledged, its rows in no read): a committer
+    paused before creating its entry, while another process truncated the log past it, creates it under a freed
+    number and dies before its ghost check. The ghost stays next to the entry the truncation kept; its producer,
+    living on as a zombie after a new process fenced it, retries the commit, reads the ghost as the log's and is
+    told it committed. Acknowledged, the rows must be readable."""
+    entry = txn_log_path(9)
+    seed = next(s for s in range(200) if _preview(s, "put_if_absent", entry, op=1) == "before")
+    url = _lake("orphan")
+    _busy(url, range(3))
+    with scaled_log_clock():
+        store, ops, arm = _pausing_only(seed, url, "before put_if_absent _txn/log/")
+        zombie = Producer(store, "z", coordinator=TransactionCoordinator(store, checkpoint_interval=0))
+        zombie.init_transactions()
+        zombie.begin_transaction()
+        zombie.send("t", [{"v": "z0"}])
+        arm()
+
+        def die_after_the_entry(name: str) -> None:
+            if name == "txnlog.entry.after" and ops:
+                raise InjectedCrash(name)
+
+        with faults.injected(die_after_the_entry), pytest.raises(InjectedCrash):
+            zombie.commit_transaction()
+        Producer(open_store(url), "z").init_transactions()  # the process that replaced it
+        try:
+            zombie.commit_transaction()
+            acknowledged = True
+        except (ProducerFencedError, CommitStateUnknownError):
+            acknowledged = False
+
+    assert [o.kind for o in ops][:1] == ["pause"], ops
+    assert not acknowledged or "z0" in _values(url)
