@@ -2,9 +2,9 @@
 checker rule must fire on a hand-made bad history (so the checker can fail).
 
 Default run: a few hundred short histories (memory store mostly, some on local disk, a couple across processes,
-one on the loopback S3 server) plus a small Hypothesis search over workload parameters, all with the triggers of the
-defects found and not fixed yet (``workload.OPEN_DEFECTS``) avoided; one test per open defect exercises its trigger
-and fails until it is fixed. ``-m slow`` adds a long run.
+one on the loopback S3 server) plus a small Hypothesis search over workload parameters, with the triggers of the
+defects found and not fixed yet (``workload.OPEN_DEFECTS``, empty now) avoided; each defect found has a test that
+exercises its trigger deterministically. ``-m slow`` adds a long run.
 """
 
 from __future__ import annotations
@@ -1509,12 +1509,14 @@ def test_fencing_rule_accepts_a_zombie_told_its_decision_cannot_be_told_only_whe
     assert "fencing" in {a.kind for a in check(h)}
 
 
-def _preview(seed: int, kind: str, place: str) -> str:
-    """Where a store call of ``kind`` on ``place`` pauses under a pause rate of 1 (a throwaway plan's draws: the
-    draws are a pure function of the seed and the place)."""
+def _preview(seed: int, kind: str, place: str, op: int = 0, inner: Store | None = None) -> str:
+    """Where the first store call of ``kind`` on ``place`` in operation ``op`` pauses under a pause rate of 1 (a
+    throwaway plan's draws: the draws are a pure function of the seed, the operation and the place; ``inside`` is
+    drawn only over a local ``inner`` store)."""
     plan = FaultPlan(seed, 0, pause_rate=1.0)
+    plan.begin_op(op)
     plan.pauser = lambda where: None
-    return FaultyStore(MemoryStore("memory://preview"), plan)._pause_at(kind, place) or "none"
+    return FaultyStore(inner or MemoryStore("memory://preview"), plan)._pause_at(kind, place) or "none"
 
 
 def test_a_store_call_pauses_before_or_after_it_is_applied_while_another_process_truncates_the_log() -> None:
@@ -1597,8 +1599,8 @@ def test_each_simulated_process_reads_its_own_skewed_host_clock_but_the_store_ke
 def test_every_writing_path_refuses_a_store_that_ignores_conditional_writes(path: str) -> None:
     """A store behind a gateway that drops ``If-None-Match`` must be refused by every path that writes, before its
     first conditional write: the producer, the Spark batch and stream sinks (opened as Spark opens them: tasks and
-    commits with ``probe=False``), a maintenance pass, and every writing command of the command line. Open defects
-    ``lying-stream-sink`` and ``lying-cli`` (fail until fixed)."""
+    commits with ``probe=False``), a maintenance pass, and every writing command of the command line. Defects
+    ``lying-stream-sink`` and ``lying-cli`` (fixed: every writing path probes)."""
     url = f"memory://lying-{uuid.uuid4().hex}"
     kind, _, command = path.partition(":")
     cli = tuple(command.split()) if command else lying.CLI_COMMANDS[0]
@@ -1645,29 +1647,131 @@ def test_the_operators_repair_mends_a_damaged_log_entry() -> None:
     assert unrepaired(History(1, "repair", ops=[op])) == [], op.detail
 
 
-def test_a_process_paused_inside_a_log_read_never_loses_or_hides_an_acknowledged_commit() -> None:
-    """Defect ``paused-log-reader`` (fixed by proving entries without clocks), found by the pause fault: a process
-    paused inside a read of the log (here: before asking for the next entry by name, or after a listing) past the
-    truncation grace holds a view the truncation passed by; its next read within ``RECENT_S`` asks for the next
-    entry by name, finds it deleted and takes the view for fresh. A producer then creates its next entries under
-    freed numbers (here: a consume-transform-produce commit acknowledged, never read, its records clashing with the
-    log's); a reader keeps missing acknowledged commits (``run.py --seed 721 --histories 1 --workers 1 --pause-rate
-    0.03``). A single-worker history: reproducible from its seed (up to timing)."""
-    url = f"memory://paused-reader-{uuid.uuid4().hex}"
-    try:
-        h = run_history(params_for(712, url, workers=1, pause_rate=0.03, avoid=OPEN - {"paused-log-reader"}))
-        assert h.faults["pause"]
-        assert check(h) == [], h.params
-    finally:
-        MemoryStore.drop(url)
+def _pausing_only(seed: int, url: str, where: str) -> tuple[FaultyStore, list[MiscOp], Callable[[], None]]:
+    """A process's store connection that, once armed (the third value: it also begins operation 1 of the plan),
+    pauses (past the grace, while another process truncates the log) at the first store call whose place starts
+    with ``where`` (``before put_if_absent _txn/log/``, say), and nowhere else; ``seed`` must draw that placement
+    there in operation 1 (see :func:`_preview`). The second value collects the pause and its pass."""
+    plan = FaultPlan(seed, 0, pause_rate=1.0)
+    ops: list[MiscOp] = []
+    pauser = pauses.Pauser(plan, url, {}, 0, ops.append, lambda: "w0.1")
+    state: list[str] = []
+
+    def pause(at: str) -> None:
+        if state == ["armed"] and at.startswith(where):
+            state.append("paused")
+            pauser.pause(at)
+
+    def arm() -> None:
+        plan.begin_op(1)
+        state.append("armed")
+
+    plan.pauser = pause
+    return FaultyStore(PausingLocalStore.of(open_store(url)), plan), ops, arm
+
+
+def test_a_compaction_paused_right_after_creating_its_entry_keeps_the_segment_it_published() -> None:
+    """Defect ``paused-after-create`` (fixed: entries proven the log's without clocks), found by the pause fault
+    (``run.py --long --seed 579 --histories 1 --avoid open``, 2 workers: "segment ...~merged.parquet named by a
+    commit marker is missing"): a writer paused right after creating its log entry, while another process truncated
+    the log past it, finds the entry gone and takes it for a possible ghost; the request it decided is decided again
+    and the compaction, told its replace was not done, deletes the merged segment the entry had published."""
+    from coordinator.maintenance import compact_partition
+
+    entry = txn_log_path(9)
+    seed = next(s for s in range(200) if _preview(s, "put_if_absent", entry, op=1) == "after")
+    url = _lake("after-create")
+    _busy(url, range(4))  # four one-row segments in t/0
+    with scaled_log_clock():
+        store, ops, arm = _pausing_only(seed, url, "after put_if_absent _txn/log/")
+        arm()
+        compact_partition(TransactionCoordinator(store, checkpoint_interval=0), "t", 0, target_bytes=1 << 20)
+    assert [o.kind for o in ops][:1] == ["pause"], ops
+    assert _values(url) == ["b0", "b1", "b2", "b3"]
+    assert ti.verify(open_store(url)) == []
+
+
+def test_a_committer_paused_before_its_entry_that_dies_right_after_leaves_no_ghost_a_zombie_reads() -> None:
+    """Defect ``orphaned-ghost`` (fixed: entries proven the log's without clocks), found by the pause fault (``run.py
+    --long --seed 261 --histories 1 --avoid open``, 3 workers: a zombie's retry acknowledged, its rows in no read):
+    a committer paused before creating its entry, while another process truncated the log past it, creates it under
+    a freed number and dies before its ghost check. The ghost stays next to the entry the truncation kept; its
+    producer, living on as a zombie after a new process fenced it, retries the commit, reads the ghost as the log's
+    and is told it committed. Acknowledged, the rows must be readable."""
+    entry = txn_log_path(9)
+    seed = next(s for s in range(200) if _preview(s, "put_if_absent", entry, op=1) == "before")
+    url = _lake("orphan")
+    _busy(url, range(3))
+    with scaled_log_clock():
+        store, ops, arm = _pausing_only(seed, url, "before put_if_absent _txn/log/")
+        zombie = Producer(store, "z", coordinator=TransactionCoordinator(store, checkpoint_interval=0))
+        zombie.init_transactions()
+        zombie.begin_transaction()
+        zombie.send("t", [{"v": "z0"}])
+        arm()
+
+        def die_after_the_entry(name: str) -> None:
+            if name == "txnlog.entry.after" and ops:
+                raise InjectedCrash(name)
+
+        with faults.injected(die_after_the_entry), pytest.raises(InjectedCrash):
+            zombie.commit_transaction()
+        Producer(open_store(url), "z").init_transactions()  # the process that replaced it
+        try:
+            zombie.commit_transaction()
+            acknowledged = True
+        except (ProducerFencedError, CommitStateUnknownError):
+            acknowledged = False
+
+    assert [o.kind for o in ops][:1] == ["pause"], ops
+    assert not acknowledged or "z0" in _values(url)
+
+
+def test_a_process_paused_inside_a_log_read_never_commits_under_a_freed_number() -> None:
+    """Defect ``paused-log-reader`` (fixed: entries proven the log's without clocks), found by the pause fault
+    (``run.py --seed 700 --histories 30 --workers 1 --pause-rate 0.03``: seeds 712, 713 lose acknowledged
+    consume-transform-produce commits, 710 leaves the final read failing, 721 has snapshots miss acknowledged
+    commits): a process paused inside a read of the log (here before asking for the next entry by name) past the
+    truncation grace holds a view the truncation passed by; its next read within ``RECENT_S`` (the first send's
+    fence check) asks for the next entry by name, finds it deleted and takes the view for fresh, so the commit right
+    after is created under the freed number without a ghost check: acknowledged, never read. The poll-send-commit of
+    a consume-transform- produce step, deterministically."""
+    seed = next(s for s in range(200) if _preview(s, "get", txn_log_path(9), op=1) == "before")
+    url = _lake("paused-reader")
+    _busy(url, range(3))
+    with scaled_log_clock():
+        store, ops, arm = _pausing_only(seed, url, "before get _txn/log/")
+        coord = TransactionCoordinator(store, checkpoint_interval=0)
+        producer = Producer(store, "r", coordinator=coord)
+        producer.init_transactions()
+        arm()
+        coord.log.refresh()  # the poll's read of the log, paused before it asks for the next entry by name
+        producer.begin_transaction()
+        producer.send("t", [{"v": "r0"}])  # staging the first segment checks the fence: a read by name
+        producer.commit_transaction()
+    assert [o.kind for o in ops][:1] == ["pause"], ops
+    assert "r0" in _values(url)
 
 
 def test_a_local_log_entry_paused_before_its_link_is_never_acknowledged_as_a_ghost(tmp_path: Path) -> None:
-    """Defect ``linked-ghost`` (fixed by proving entries without clocks), found by the pause fault on local disk: a log
-    entry whose creation paused between its temp file and its link, while another process truncated the log, is
-    created under a freed number with the temp file's time; the ghost check, judging by the store's times, takes it
-    for real."""
-    h = run_history(params_for(816, f"file://{tmp_path}/ghost", workers=1, pause_rate=0.05,
-                               avoid=OPEN - {"linked-ghost"}))
-    assert any(o.kind == "pause" and "inside put_if_absent _txn/log/" in o.detail for o in h.misc())
-    assert check(h) == [], h.params
+    """Defect ``linked-ghost`` (fixed: entries proven the log's without clocks), found by the pause fault on local disk
+    (``run.py --seed 800 --histories 20 --workers 1 --pause-rate 0.05 --store local --avoid paused-log-reader``:
+    seeds 805, 811, 816): a log entry whose creation paused between its temp file and its link, while another
+    process truncated the log, is created under a freed number with the temp file's time; the ghost check, judging
+    by the store's times, takes it for real. Deterministically, on a commit."""
+    url = f"file://{tmp_path}/ghost"
+    store = open_store(url)
+    create_topic(store, "t", _T, 1)
+    _busy(url, range(3))
+    local = PausingLocalStore.of(open_store(f"file://{tmp_path}/preview"))
+    seed = next(s for s in range(200) if _preview(s, "put_if_absent", txn_log_path(9), op=1, inner=local) == "inside")
+    with scaled_log_clock():
+        faulty, ops, arm = _pausing_only(seed, url, "inside put_if_absent _txn/log/")
+        producer = Producer(faulty, "g", coordinator=TransactionCoordinator(faulty, checkpoint_interval=0))
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("t", [{"v": "g0"}])
+        arm()
+        producer.commit_transaction()
+    assert [o.kind for o in ops][:1] == ["pause"], ops
+    assert "g0" in _values(url)

@@ -46,10 +46,12 @@ StoreFactory = Callable[[int], tuple[str, dict[str, str]]]
 FAULT_KINDS = ("crash", "error", "lost-reply", "maintenance-race", "expiry", "corrupt-file", "zombie", "skewed-clock",
                "stall", "pause", "process-pause", "clock-skew", "lying-store", "damaged-checkpoint",
                "damaged-log-entry")
-#: The kinds every sizeable default run of memory histories injects (process pauses need ``--processes``, damaged
-#: log entries ``--damage-log``; stalls are rare, at a sixteenth of the crash rate: pauses before a log entry's
-#: creation pause the same place).
-DEFAULT_KINDS = tuple(k for k in FAULT_KINDS if k not in ("process-pause", "damaged-log-entry", "stall"))
+#: The kinds every run of 30 default memory histories injects, whatever the timing (process pauses need
+#: ``--processes``, damaged log entries ``--damage-log``; stalls are rare, at a sixteenth of the crash rate; pauses,
+#: with the open defects' triggers avoided, and damaged checkpoints, which need a checkpoint written in time, are
+#: not certain in 30 histories).
+DEFAULT_KINDS = tuple(k for k in FAULT_KINDS
+                      if k not in ("process-pause", "damaged-log-entry", "stall", "pause", "damaged-checkpoint"))
 #: The long mode (``--long``): histories, fault rate and steps unless given.
 LONG = {"histories": 1000, "fault_rate": 0.05, "steps": 40}
 

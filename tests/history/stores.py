@@ -65,8 +65,8 @@ class FaultPlan:
         self.lost_reply_rate, self.race_rate = lost_reply_rate, race_rate
         #: chance that a store call under ``_txn/`` pauses (elsewhere: :data:`DATA_PAUSE_SHARE` of it)
         self.pause_rate = pause_rate
-        #: triggers not to exercise (``paused-log-reader``, ``linked-ghost``, ``stalled-committer``; see
-        #: ``workload.OPEN_DEFECTS`` and ``KNOWN_DEFECTS``)
+        #: triggers not to exercise (``paused-log-reader``, ``linked-ghost``, ``paused-after-create``,
+        #: ``orphaned-ghost``, ``stalled-committer``; see ``workload.OPEN_DEFECTS`` and ``KNOWN_DEFECTS``)
         self.avoid = avoid
         #: performs a pause at the place it is given (set by the worker; None: no pauses)
         self.pauser: Callable[[str], None] | None = None
@@ -167,12 +167,13 @@ class FaultyStore(Store):
         log_read = kind in READS and path.startswith(LOG_PATHS)
         if log_read and "paused-log-reader" in plan.avoid:
             return None
-        if kind == "put_if_absent" and path.startswith("_txn/log/") and "stalled-committer" in plan.avoid:
-            return None  # a pause before a log entry's creation is that fixed defect's trigger
+        entry = kind == "put_if_absent" and path.startswith("_txn/log/")
+        if entry and {"stalled-committer", "orphaned-ghost"} & plan.avoid:
+            return None  # a pause before a log entry's creation is the trigger of those defects
         rate = plan.pause_rate if path.startswith("_txn") else plan.pause_rate * DATA_PAUSE_SHARE
         if plan.draw("pause", f"{kind} {path}") >= rate:
             return None
-        places = ["before", "after"]
+        places = ["before", "after"] if not (entry and "paused-after-create" in plan.avoid) else ["before"]
         if kind == "put_if_absent" and isinstance(self.inner, PausingLocalStore) and "linked-ghost" not in plan.avoid:
             places.append("inside")
         return places[int(plan.draw("pause-when", f"{kind} {path}") * len(places))]

@@ -140,6 +140,14 @@ KNOWN_DEFECTS: dict[str, str] = {
     "linked-ghost": "on the local store a conditional create paused between writing its temp file and linking it "
                     "creates the object with the temp file's time, from before the pause: the ghost check, judging "
                     "by the store's times, takes a log entry created under a freed number for a real one",
+    "paused-after-create": "a writer paused right after creating its log entry, for longer than the truncation "
+                           "grace, finds its entry truncated meanwhile and takes it for a possible ghost: the "
+                           "request it decided is decided again and answered as not done; a compaction then deletes "
+                           "the merged segment its entry published (readers find it missing)",
+    "orphaned-ghost": "a committer paused before creating its entry past a truncation creates a ghost under a freed "
+                      "number and dies before its ghost check: the ghost stays, next to the entry the truncation "
+                      "kept, and a process whose view predates the truncation reads it as the log's (the zombie's "
+                      "retry is acknowledged from it; no reader sees the commit)",
     "lying-stream-sink": "the streaming sink opens its stores with probe=False and never checks conditional writes: "
                          "a store that ignores them is trusted and its log entries overwrite others",
     "lying-cli": "the command line opens its store with probe=False, so the probe its writing commands ask for "
@@ -353,11 +361,14 @@ class Worker:
         """The protocol-point hook: a crash, or a maintenance pass from another process run right here."""
         if not self.plan.enabled or getattr(self._racing, "on", False):
             return
-        if self.spec.fault_rate and self.plan.draw("crash", name) < self.spec.fault_rate:
+        stalled, self._racing.stalled = getattr(self._racing, "stalled", False), False
+        orphan = stalled and name == "txnlog.entry.after" and "orphaned-ghost" in self.spec.avoid
+        if self.spec.fault_rate and self.plan.draw("crash", name) < self.spec.fault_rate and not orphan:
             self.plan.hit("crash")
             raise InjectedCrash(name)
         if name == STALL_POINT and "stalled-committer" not in self.spec.avoid and self.spec.fault_rate and \
                 self.plan.draw("stall", name) < self.spec.fault_rate / STALL_SHARE:
+            self._racing.stalled = True  # a crash right after the entry is created would orphan a ghost
             self.plan.hit("stall")
             time.sleep(STALL_S)  # the other workers go on meanwhile
             if "log-truncation-grace" not in self.spec.avoid:
