@@ -161,6 +161,12 @@ MUTANTS: tuple[Mutant, ...] = (
         (f"{_TIMING}::test_a_commit_whose_entry_reply_was_lost_is_never_answered_fenced_after_a_truncation_and_expiry",),
         "G5/G7: a commit whose entry's reply was lost, truncated since with its producer expired, is answered fenced"),
     Mutant(
+        "recency-from-the-end-of-a-paused-read", "coordinator/txnlog.py",
+        "            if nxt is None:\n                self._refreshed = started",
+        "            if nxt is None:\n                self._refreshed = time.monotonic()",
+        (f"{_TIMING}::test_a_read_begun_after_an_acknowledged_commit_sees_it_after_its_reader_paused_inside_a_refresh",),
+        "a read begun after an acknowledged commit misses it: a reader paused in a refresh takes its view for recent"),
+    Mutant(
         "sink-commit-deletes-on-fenced", "txnsink/batch.py",
         "result = coord.commit(self.ident, self.txn, segs, app=app, end_producer=self.ephemeral)",
         "result = coord.commit(self.ident, self.txn, segs, app=app, end_producer=self.ephemeral) if "

@@ -427,3 +427,37 @@ def test_a_commit_whose_entry_reply_was_lost_is_never_answered_fenced_after_a_tr
     except ProducerFencedError:
         pytest.fail("answered fenced for a transaction the log committed")
     assert "lost" in _values(url)
+
+
+def test_a_read_begun_after_an_acknowledged_commit_sees_it_after_its_reader_paused_inside_a_refresh(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """G1/G5 as readers see them (found by the long histories, seed 329 of ``run.py --long``). A reader pauses
+    inside a refresh, after the store answered its read, while others move the log on and truncate it; then a
+    commit is acknowledged, and the reader reads. Its view looked recent when the refresh *ended*, so it asked for
+    its next entry by name, found the number freed and read a stale snapshot missing the acknowledged commit.
+    Recency now counts from the start of the refresh that made the view, so the paused reader lists the log."""
+    from coordinator import txnlog
+
+    monkeypatch.setattr(txnlog, "RECENT_S", 1.0)
+    url = _memory()
+    first = Producer(open_store(url), "first")
+    first.init_transactions()
+    net = _Paused(open_store(url))
+    reader = TransactionCoordinator(net, checkpoint_interval=0)
+    view = reader.log.refresh().seq
+
+    def pass_by() -> None:
+        _others_move_on_and_truncate(url)
+        time.sleep(1.2)  # the pause outlasts RECENT_S
+
+    pause = _once(pass_by)
+    nxt = txn_log_path(view + 1)
+    net.after = lambda kind, path: pause() if kind == "get-missing" and path == nxt else None
+    reader.log.refresh()  # paused inside: told there is no next entry, the answer arrives after the pause
+    assert view + 1 not in _entries(url)
+    late = Producer(open_store(url), "late")
+    late.init_transactions()
+    with late.transaction():
+        late.send("t", [{"v": "late"}])
+    got = read_snapshot(net, ["t"], coordinator=reader)["t"].column("v").to_pylist()
+    assert "late" in got, "a read begun after the acknowledgement misses it"

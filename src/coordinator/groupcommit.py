@@ -338,8 +338,9 @@ class GroupCommit:
                         if lost:
                             # the entry that won the race: listed, not asked for by name, so a view that fell far
                             # behind while serving jumps to the newest checkpoint at once
+                            started = time.monotonic()
                             self._list_forward(checked=True)
-                            self._refreshed = time.monotonic()
+                            self._refreshed = started
                             if self._served(self.state.seq):
                                 return  # another writer serves the queue now: two would only race each other
                         others = self._waiting(names, "")

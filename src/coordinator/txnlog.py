@@ -148,12 +148,13 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof, LogDamage):
         self._state = st
 
     def _open(self) -> None:
+        started = time.monotonic()
         ck = self._read_last_checkpoint()
         self._opened = True
         if ck is not None:
             self._reset(ck)
         self._list_forward(checked=True)
-        self._refreshed = time.monotonic()
+        self._refreshed = started
 
     # -- reading ----------------------------------------------------------------------------------------------
 
@@ -227,14 +228,20 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof, LogDamage):
             return self._state
 
     def _catch_up(self) -> None:
-        """Read what is new and prove it (see :mod:`coordinator.logproof`)."""
-        if self.state.seq >= 0 and time.monotonic() - self._refreshed < RECENT_S:
+        """Read what is new and prove it (see :mod:`coordinator.logproof`).
+
+        How recent the view is counts from the start of the refresh that made it (a refresh that paused inside a
+        read took its view before the pause), so a process that paused anywhere lists the log next instead of
+        asking by name: only a view read within ``RECENT_S`` takes "no next entry" for "nothing new". That is a
+        matter of seeing every commit acknowledged before a read began, never of safety."""
+        started = time.monotonic()
+        if self.state.seq >= 0 and started - self._refreshed < RECENT_S:
             # Read recently: asking for the next entry by name is cheaper than a listing when nothing is new (the
             # common case for a process waiting on the log). Only a cost choice: an entry found is used only once
             # proven, and a view a truncation passed by finds out when it next lists or writes.
             nxt = self._read_entry(self.state.seq + 1)
             if nxt is None:
-                self._refreshed = time.monotonic()
+                self._refreshed = started
                 return
             if not isinstance(nxt, CorruptLogError) and self._links(nxt):
                 self._apply(nxt)
@@ -243,7 +250,7 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof, LogDamage):
                 self._list_forward(checked=False)
         else:
             self._list_forward(checked=False)
-        self._refreshed = time.monotonic()
+        self._refreshed = started
 
     def _list_forward(self, *, checked: bool) -> None:
         """Apply the entries listed after the view, jumping to the newest checkpoint over entries truncated.
