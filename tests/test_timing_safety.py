@@ -51,7 +51,10 @@ class _Paused(LostReplyStore):
         super().__init__(inner)
         self.after: Callable[[str, str], None] = lambda kind, path: None
 
+    before: Callable[[str, str], None] = staticmethod(lambda kind, path: None)  # type: ignore[assignment]
+
     def get(self, path: str) -> bytes:
+        self.before("get", path)
         try:
             data = super().get(path)
         except FileNotFoundError:
@@ -461,3 +464,35 @@ def test_a_read_begun_after_an_acknowledged_commit_sees_it_after_its_reader_paus
         late.send("t", [{"v": "late"}])
     got = read_snapshot(net, ["t"], coordinator=reader)["t"].column("v").to_pylist()
     assert "late" in got, "a read begun after the acknowledgement misses it"
+
+
+def test_a_read_whose_request_paused_before_the_store_applied_it_sees_what_was_acknowledged(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """G1/G5 as readers see them (found by the long histories, seeds 280 and 641 of ``run.py --long``). A reader
+    whose view is recent asks for its next entry by name; the request pauses before the store applies it, while a
+    commit is acknowledged and others truncate the log past the number asked for. "No such entry" then says nothing
+    about the log's end: the reader must list, and see the acknowledged commit."""
+    from coordinator import txnlog
+
+    monkeypatch.setattr(txnlog, "RECENT_S", 1.0)
+    url = _memory()
+    first = Producer(open_store(url), "first")
+    first.init_transactions()
+    net = _Paused(open_store(url))
+    reader = TransactionCoordinator(net, checkpoint_interval=0)
+    view = reader.log.refresh().seq
+
+    def ack_then_truncate() -> None:
+        late = Producer(open_store(url), "late")
+        late.init_transactions()
+        with late.transaction():
+            late.send("t", [{"v": "late"}])
+        _others_move_on_and_truncate(url)
+        time.sleep(1.2)  # the request is applied after RECENT_S
+
+    pause = _once(ack_then_truncate)
+    nxt = txn_log_path(view + 1)
+    net.before = lambda kind, path: pause() if kind == "get" and path == nxt else None
+    got = read_snapshot(net, ["t"], coordinator=reader)["t"].column("v").to_pylist()
+    assert view + 1 not in _entries(url)
+    assert "late" in got, "a read misses a commit acknowledged while its request was on its way"

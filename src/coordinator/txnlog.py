@@ -240,10 +240,14 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof, LogDamage):
             # common case for a process waiting on the log). Only a cost choice: an entry found is used only once
             # proven, and a view a truncation passed by finds out when it next lists or writes.
             nxt = self._read_entry(self.state.seq + 1)
-            if nxt is None:
-                self._refreshed = started
+            if nxt is None and time.monotonic() - self._refreshed < RECENT_S:
+                self._refreshed = started  # answered within the window: no number after the view was freed
                 return
-            if not isinstance(nxt, CorruptLogError) and self._links(nxt):
+            if nxt is None:
+                # the read took too long (a pause before the store applied it): "no such entry" may be about a
+                # number a truncation freed meanwhile
+                self._list_forward(checked=False)
+            elif not isinstance(nxt, CorruptLogError) and self._links(nxt):
                 self._apply(nxt)
                 self._list_forward(checked=True)
             else:
