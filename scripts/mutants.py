@@ -167,6 +167,11 @@ MUTANTS: tuple[Mutant, ...] = (
         (f"{_TIMING}::test_a_read_begun_after_an_acknowledged_commit_sees_it_after_its_reader_paused_inside_a_refresh",),
         "a read begun after an acknowledged commit misses it: a reader paused in a refresh takes its view for recent"),
     Mutant(
+        "by-name-answer-trusted-after-a-pause", "coordinator/txnlog.py",
+        "if nxt is None and time.monotonic() - self._refreshed < RECENT_S:", "if nxt is None:",
+        (f"{_TIMING}::test_a_read_whose_request_paused_before_the_store_applied_it_sees_what_was_acknowledged",),
+        "a read misses a commit acknowledged while its by-name request paused before the store applied it"),
+    Mutant(
         "sink-commit-deletes-on-fenced", "txnsink/batch.py",
         "result = coord.commit(self.ident, self.txn, segs, app=app, end_producer=self.ephemeral)",
         "result = coord.commit(self.ident, self.txn, segs, app=app, end_producer=self.ephemeral) if "
