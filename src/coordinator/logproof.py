@@ -76,19 +76,18 @@ class LogProof:
         return sorted(q for n in self.store.list(TXN_CHECKPOINT, start_after=seq_name(seq))
                       if (q := parse_seq(n)) is not None)
 
-    def _prove(self, above: list[int] | None = None) -> bool:
+    def _prove(self) -> bool:
         """Prove the entries applied since the view was last proven (caller holds the lock): after they were read,
         no numbered checkpoint lies above the last of them, so it is the log's, and by their links so is every one
         before it. Their decisions are then taken. False when a checkpoint lies above (the log moved on, or the view
-        holds a ghost): the caller lists on, and jumps if the next entries do not follow on. ``above`` is the
-        result of :meth:`_checkpoints_above` for the view's last entry, listed after it was read, if the caller has it.
+        holds a ghost): the caller lists on, and jumps if the next entries do not follow on.
 
         Raises:
             StoreError: the store failed (the entries stay unproven).
         """
         if not self._unproven:
             return True
-        if self._checkpoints_above(self.state.seq) if above is None else above:
+        if self._checkpoints_above(self.state.seq):
             return False
         for entry in self._unproven:
             mine = self._suspects.pop(entry.seq, None)
