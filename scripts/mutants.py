@@ -161,12 +161,6 @@ MUTANTS: tuple[Mutant, ...] = (
         (f"{_TIMING}::test_a_commit_whose_entry_reply_was_lost_is_never_answered_fenced_after_a_truncation_and_expiry",),
         "G5/G7: a commit whose entry's reply was lost, truncated since with its producer expired, is answered fenced"),
     Mutant(
-        "recency-from-the-end-of-a-paused-read", "coordinator/txnlog.py",
-        "            if nxt is None:\n                self._refreshed = started",
-        "            if nxt is None:\n                self._refreshed = time.monotonic()",
-        (f"{_TIMING}::test_a_read_begun_after_an_acknowledged_commit_sees_it_after_its_reader_paused_inside_a_refresh",),
-        "a read begun after an acknowledged commit misses it: a reader paused in a refresh takes its view for recent"),
-    Mutant(
         "by-name-answer-trusted-after-a-pause", "coordinator/txnlog.py",
         "if nxt is None and time.monotonic() - self._refreshed < RECENT_S:", "if nxt is None:",
         (f"{_TIMING}::test_a_read_whose_request_paused_before_the_store_applied_it_sees_what_was_acknowledged",),
