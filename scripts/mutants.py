@@ -166,6 +166,12 @@ MUTANTS: tuple[Mutant, ...] = (
         (f"{_TIMING}::test_a_read_whose_request_paused_before_the_store_applied_it_sees_what_was_acknowledged",),
         "a read misses a commit acknowledged while its by-name request paused before the store applied it"),
     Mutant(
+        "recency-from-the-end-of-a-paused-read", "coordinator/txnlog.py",
+        "self._refreshed = started  # answered within the window",
+        "self._refreshed = time.monotonic()  # answered within the window",
+        (f"{_TIMING}::test_a_by_name_answer_counts_as_recent_from_when_it_was_asked_not_from_when_it_arrived",),
+        "a read begun after the recency window misses an acknowledged commit: a late by-name answer stamped recency"),
+    Mutant(
         "sink-commit-deletes-on-fenced", "txnsink/batch.py",
         "result = coord.commit(self.ident, self.txn, segs, app=app, end_producer=self.ephemeral)",
         "result = coord.commit(self.ident, self.txn, segs, app=app, end_producer=self.ephemeral) if "

@@ -496,3 +496,45 @@ def test_a_read_whose_request_paused_before_the_store_applied_it_sees_what_was_a
     got = read_snapshot(net, ["t"], coordinator=reader)["t"].column("v").to_pylist()
     assert view + 1 not in _entries(url)
     assert "late" in got, "a read misses a commit acknowledged while its request was on its way"
+
+
+def test_a_by_name_answer_counts_as_recent_from_when_it_was_asked_not_from_when_it_arrived(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader's by-name refresh is applied by the store at once, but its answer ("no next entry") reaches the
+    reader only late, still inside the recency window. The answer says where the log ended when it was *asked*:
+    the view counts as recent from then. Counted from when the answer arrived, a read begun after the window
+    (measured from the question) would still ask by name, find the number freed by a truncation meanwhile and miss
+    a commit acknowledged before it began."""
+    from coordinator import txnlog
+
+    window = 2.0
+    monkeypatch.setattr(txnlog, "RECENT_S", window)
+    url = _memory()
+    first = Producer(open_store(url), "first")
+    first.init_transactions()
+    net = _Paused(open_store(url))
+    reader = TransactionCoordinator(net, checkpoint_interval=0)
+    view = reader.log.refresh().seq
+    asked: list[float] = []
+
+    def late_answer() -> None:
+        asked.append(time.monotonic())
+        _others_move_on_and_truncate(url)
+        late = Producer(open_store(url), "late")
+        late.init_transactions()
+        with late.transaction():
+            late.send("t", [{"v": "late"}])
+        left = asked[0] + 0.7 * window - time.monotonic()
+        assert left > 0, "the scene took longer than the window it must fit in"
+        time.sleep(left)
+
+    pause = _once(late_answer)
+    nxt = txn_log_path(view + 1)
+    net.after = lambda kind, path: pause() if kind == "get-missing" and path == nxt else None
+    reader.log.refresh()  # told "no next entry", the answer arriving 0.7 windows after the question
+    arrived = time.monotonic()
+    assert view + 1 not in _entries(url)
+    time.sleep(max(0.0, asked[0] + 1.1 * window - time.monotonic()))
+    assert time.monotonic() - arrived < 0.6 * window  # still "recent" if counted from the answer's arrival
+    got = read_snapshot(net, ["t"], coordinator=reader)["t"].column("v").to_pylist()
+    assert "late" in got, "a read begun after the window (counted from the question) misses an acknowledged commit"
