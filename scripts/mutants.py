@@ -172,6 +172,12 @@ MUTANTS: tuple[Mutant, ...] = (
         (f"{_TIMING}::test_a_by_name_answer_counts_as_recent_from_when_it_was_asked_not_from_when_it_arrived",),
         "a read begun after the recency window misses an acknowledged commit: a late by-name answer stamped recency"),
     Mutant(
+        "rebuild-forgets-lost-fences", "coordinator/logrebuild.py",
+        "        if tid in named or (kept is not None and (kept.pid, kept.epoch) == (meta.pid, meta.epoch)):",
+        "        if True:",
+        ("tests/test_damage.py::test_a_fence_only_the_damaged_entry_held_stays_a_fence_after_repair",),
+        "G3: a zombie an init only the damaged entry held had fenced commits again after the entry is rebuilt"),
+    Mutant(
         "sink-commit-deletes-on-fenced", "txnsink/batch.py",
         "result = coord.commit(self.ident, self.txn, segs, app=app, end_producer=self.ephemeral)",
         "result = coord.commit(self.ident, self.txn, segs, app=app, end_producer=self.ephemeral) if "

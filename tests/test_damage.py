@@ -79,6 +79,15 @@ def fresh_state(backend: Backend) -> CoordinatorState:
     return TransactionCoordinator(backend.open()).log.refresh()
 
 
+def without(state: CoordinatorState, *expired: str) -> dict[str, object]:
+    """``state`` as JSON with producers ``expired`` forgotten: a rebuilt entry fences for good (expires) each
+    producer no copy shows outliving it (it may have held a newer init of it, whose zombie must not commit)."""
+    d = state.to_json()
+    d["producers"] = [m for m in d["producers"] if m["tid"] not in expired]
+    d["sequences"] = {t: s for t, s in d["sequences"].items() if t not in expired}
+    return d
+
+
 # -- damage a readable checkpoint covers ----------------------------------------------------------------------------
 
 
@@ -194,11 +203,19 @@ def test_repair_log_rebuilds_a_damaged_entry_above_every_checkpoint_from_the_cop
     coord.repair_log(execute=True)
     # every acknowledged commit reads back at its offsets, and the state is the one before the damage
     assert read(backend) == want
-    assert fresh_state(backend).to_json() == before.to_json()
+    # the state is the one before the damage, except that 'a' is fenced for good: the entry could have held a
+    # newer init of 'a' as well (no copy says it did not), whose zombie must not commit; 'b' acted after it
+    assert any("fenced for good" in line and "'a'" in line and "'b'" not in line for line in obj.assumed)
+    assert fresh_state(backend).to_json() == without(before, "a")
     report = ti.verify(backend.open())
     assert list(report) == [] and victim in report.rebuilt
-    # producers commit after it: the one that wrote it, and a new one
-    commit(a, [50], partitions=(0,))
+    # producers commit after it: the one that wrote it (its old epoch is refused; restarted, as the repair
+    # procedure has it, it initialises again), and a new one
+    ident = a.identity
+    assert ident is not None
+    with pytest.raises(ProducerFencedError):
+        TransactionCoordinator(backend.open()).commit(ident, ident.txn_id(ident.epoch + 99), [])
+    commit(producer(backend, "a"), [50], partitions=(0,))
     commit(producer(backend, "c"), [60], partitions=(1,))
     assert read(backend) == sorted([*want, (0, 6, 50), (1, 6, 60)])
     assert list(ti.verify(backend.open())) == []
@@ -233,7 +250,7 @@ def test_repair_log_takes_what_only_an_intent_held_when_it_decides_as_the_record
     [obj] = TransactionCoordinator(backend.open()).repair_log(execute=True).objects
     assert any("from its partition records and its intent" in line for line in obj.recovered)
     assert not any(line.startswith("consumer-group offsets committed with") for line in obj.lost)
-    assert fresh_state(backend).to_json() == before.to_json()  # the group offsets included
+    assert fresh_state(backend).to_json() == without(before, "a", "b")  # the group offsets included
     assert read(backend) == want
 
 
@@ -294,6 +311,47 @@ def test_repair_log_names_an_init_no_copy_holds_and_its_producer_is_fenced_after
     assert [i for _p, _o, i in read(backend)] == [1, 3]
 
 
+def test_repair_log_completes_a_commit_from_its_staged_files_where_its_record_was_never_written(
+        backend: Backend) -> None:
+    """A commit's writer died after the commit point having written the record of one partition only, and its
+    entry (the last) was damaged before anyone wrote the other: the commit's rows there are held by its staged
+    files alone. The rebuilt entry publishes them at the offsets they had; no transaction is torn."""
+    make_topic(backend.open(), partitions=2)
+    p = producer(backend, "p")
+    commit(p, [1, 2])
+    commit(p, [3, 4, 5, 6], partitions=(0, 1))  # the last entry: 3, 5 in partition 0; 4, 6 in partition 1
+    want = read(backend)
+    store = backend.open()
+    seq = fresh_state(backend).seq
+    store.delete(marker_path("t", 1, 0))  # never written
+    flip(store, txn_log_path(seq))
+    [obj] = TransactionCoordinator(backend.open()).repair_log(execute=True).objects
+    assert obj.action == "rebuild"
+    assert any("in t/1 [0, 2): from its staged segment files" in line for line in obj.recovered)
+    assert read(backend) == want
+    commit(producer(backend, "q"), [7], partitions=(1,))
+    assert read(backend) == sorted([*want, (1, 2, 7)])
+    assert list(ti.verify(backend.open())) == []
+
+
+def test_a_fence_only_the_damaged_entry_held_stays_a_fence_after_repair(backend: Backend) -> None:
+    """G3 across a repair: the damaged entry alone held a newer init of 'z', which fenced the epoch a zombie still
+    holds. No copy says so, so the rebuilt entry fences 'z' for good: the zombie is refused, never current again."""
+    make_topic(backend.open(), partitions=1)
+    zombie = producer(backend, "z")
+    commit(zombie, [1])
+    producer(backend, "z")  # the last entry: z's init at the next epoch, which fences the zombie
+    flip(backend.open(), txn_log_path(fresh_state(backend).seq))
+    [obj] = TransactionCoordinator(backend.open()).repair_log(execute=True).objects
+    assert obj.action == "rebuild" and any("fenced for good" in line and "'z'" in line for line in obj.assumed)
+    with pytest.raises(ProducerFencedError):
+        commit(zombie, [2])
+    assert [i for _p, _o, i in read(backend)] == [1]
+    commit(producer(backend, "z"), [3])  # z restarted initialises again
+    assert [i for _p, _o, i in read(backend)] == [1, 3]
+    assert list(ti.verify(backend.open())) == []
+
+
 def test_repair_log_rebuilds_a_covered_entry_only_when_its_checkpoint_confirms_it(backend: Backend) -> None:
     make_topic(backend.open(), partitions=2)
     p = producer(backend, "p", interval=8)
@@ -320,6 +378,34 @@ def test_repair_log_rebuilds_a_covered_entry_only_when_its_checkpoint_confirms_i
     assert problem.path == txn_log_path(5) and "the checkpoint at entry 7 covers it" in problem.message
     assert plan.ok and fresh_state(backend).group_offsets("g") == {"t": {0: 1}}
     assert sorted(i for _p, _o, i in read(backend)) == list(range(7))
+
+
+def test_repair_log_removes_a_covered_entry_it_cannot_rebuild_when_a_numbered_checkpoint_lies_above(
+        backend: Backend) -> None:
+    """A covered entry whose copies do not reproduce its checkpoint (its group offsets were in no other copy) is
+    removed as truncation would remove it, when a numbered checkpoint above it ends at a readable entry: nothing is
+    lost (the checkpoint holds its decisions), and ``verify`` is clean after."""
+    make_topic(backend.open(), partitions=1)
+    p = producer(backend, "p", interval=1)
+    for i in range(9):  # entries 1..9; numbered checkpoints at 3 and 7, _last.json at 9
+        with p.transaction():
+            p.send("t", rows([i], "p"), partition=0)
+            if i == 4:
+                p.send_offsets_to_transaction({"t": {0: 1}}, group_id="g")  # entry 5
+    store = backend.open()
+    want = read(backend)
+    flip(store, txn_log_path(5))
+    plan = TransactionCoordinator(store).repair_log()
+    [obj] = plan.objects
+    assert (obj.seq, obj.covered, obj.action) == (5, True, "remove") and "numbered checkpoint at entry 7" in obj.why
+    assert store.get(txn_log_path(5)).startswith(b"#")  # a dry run changes nothing
+    TransactionCoordinator(store).repair_log(execute=True)
+    with pytest.raises(FileNotFoundError):
+        store.get(txn_log_path(5))
+    assert list(ti.verify(store)) == []
+    assert fresh_state(backend).group_offsets("g") == {"t": {0: 1}} and read(backend) == want
+    commit(p, [9])  # writers go on
+    assert [i for _p, _o, i in read(backend)] == list(range(10))
 
 
 def test_repair_log_rewrites_damaged_checkpoints_from_the_entries(backend: Backend) -> None:
@@ -361,7 +447,12 @@ def test_a_commit_waiting_as_an_intent_when_the_log_turns_out_damaged_is_unknown
     with faults.injected(damage_the_winner), pytest.raises(CommitStateUnknownError, match="txnlog repair --log"):
         a.commit_transaction()
     TransactionCoordinator(backend.open()).repair_log(execute=True)
-    a.commit_transaction()  # learns its outcome: its intent is decided now
+    # it learns its outcome: its intent is decided now, against the rebuilt state, in which 'a' is fenced for good
+    # (the damaged entry may have held a newer init of it); nothing acknowledged is lost
+    with pytest.raises(ProducerFencedError):
+        a.commit_transaction()
+    assert sorted(i for _p, _o, i in read(backend)) == [2]
+    commit(producer(backend, "a"), [1])
     assert sorted(i for _p, _o, i in read(backend)) == [1, 2]
 
 
@@ -400,14 +491,14 @@ def test_repair_of_records_skips_a_damaged_entry_instead_of_failing(backend: Bac
 
 def test_repair_log_on_s3(s3_lake: S3Lake) -> None:
     backend = Backend(s3_lake.url, s3_lake.options)
-    a, _b = tail_store(backend)
+    _a, _b = tail_store(backend)
     before = fresh_state(backend)
     want = read(backend)
     flip(backend.open(), txn_log_path(before.seq))
     with pytest.raises(CorruptLogError, match="txnlog repair --log"):
         fresh_state(backend)
     TransactionCoordinator(backend.open()).repair_log(execute=True)
-    assert read(backend) == want and fresh_state(backend).to_json() == before.to_json()
-    commit(a, [70], partitions=(0,))
+    assert read(backend) == want and fresh_state(backend).to_json() == without(before, "a", "b")
+    commit(producer(backend, "a"), [70], partitions=(0,))
     assert len(read(backend)) == len(want) + 1
 

@@ -29,6 +29,7 @@ from coordinator import parallel
 from coordinator.decisions import InitRequest, Request, TxnRequest, decide, decided_by_name
 from coordinator.errors import CorruptLogError
 from coordinator.layout import marker_path, open_path
+from coordinator.logstaged import StagedCopies, sequences
 from coordinator.partrecords import CommitOp, PartitionRecord, ReplaceOp, records_of
 from coordinator.records import (
     AbortItem,
@@ -48,8 +49,6 @@ from coordinator.records import (
 from coordinator.state import CoordinatorState
 from coordinator.store import Store
 
-#: A Python producer's segment name: ``<txn>~<sequence number, 10 digits>.<ext>`` (see ``Producer._stage``).
-_SEQ_NAME = re.compile(r"^(?P<txn>.+)~(?P<seq>\d{10})\.(parquet|arrow)$")
 _WRITER = re.compile(rb'"writer"\s*:\s*"([0-9a-f]{32})"')
 _TID = re.compile(r'"tid"\s*:\s*"([A-Za-z0-9_][A-Za-z0-9._-]{0,260})"')
 _TXN = re.compile(r'"txn"\s*:\s*"([pa]\.[^"]{1,400})"')
@@ -58,8 +57,9 @@ NEVER_COPIED = ("decisions no other copy holds cannot be listed: aborts, refusal
                 "no record (consumer-group offsets committed outside a transaction) or whose records were never "
                 "written (their writer failed right after the commit point), inits of producers that did nothing "
                 "since; their requesters meet the rebuilt state at their next call (a producer whose init or abort "
-                "was lost is refused, ProducerFencedError or InvalidTxnStateError, and initialises again; an epoch "
-                "a lost init or timeout abort fenced is current again, and its zombie could still commit)")
+                "was lost is refused, ProducerFencedError or InvalidTxnStateError, and initialises again; a "
+                "producer no copy shows outliving the entry is expired, so no epoch the entry fenced is current "
+                "again)")
 
 
 @dataclass(frozen=True)
@@ -118,14 +118,20 @@ def rebuild_entry(store: Store, seq: int, before: CoordinatorState, *, later: Se
     scratch = before.copy()
     items: list[Item] = []
     offsets_unknown: list[str] = []
+    touched_later = {(t, p) for e in later for t, p, _idx in e.touched}
+    staged = StagedCopies(store, [tp for tp in sorted(set(partitions) | set(before.partitions))
+                                  if tp not in found and tp not in touched_later])
     for key in order:
-        for item in _decided(store, seq, key, found, scratch, ts, intents, later, notes, offsets_unknown):
+        for item in _decided(store, seq, key, found, scratch, ts, intents, later, notes, offsets_unknown, staged):
             scratch.apply_item(item, ts)
             items.append(item)
     if offsets_unknown:
         notes.lost.append("consumer-group offsets committed with " + ", ".join(offsets_unknown) +
                           " (if they carried any): only their intents held them")
     for item in _inits_proven_later(seq, scratch, later, intents, notes):
+        scratch.apply_item(item, ts)
+        items.append(item)
+    for item in _fence_unproven(seq, scratch, later, known, notes):
         scratch.apply_item(item, ts)
         items.append(item)
     _waiting(seq, items, scratch, later, intents, notes)
@@ -144,7 +150,9 @@ def rebuild_entry(store: Store, seq: int, before: CoordinatorState, *, later: Se
     entry = LogEntry(seq, ts, writer, tuple(items), tuple((t, p, i) for (t, p), i in touched.items()),
                      prev=before.token_of(seq - 1) or "")
     try:
-        same = records_of(entry) == found
+        defined = records_of(entry)
+        same = {tp: r for tp, r in defined.items() if tp in found} == found and \
+            all(tp in staged.unrecorded for tp in defined if tp not in found)
     except CorruptLogError as exc:
         same, why = False, str(exc)
     else:
@@ -261,8 +269,10 @@ def _order(found: Mapping[tuple[str, int], PartitionRecord]) -> list[_Key] | str
 
 def _decided(store: Store, seq: int, key: _Key, found: Mapping[tuple[str, int], PartitionRecord],
              scratch: CoordinatorState, ts: int, intents: Mapping[str, Request], later: Sequence[LogEntry],
-             notes: _Notes, offsets_unknown: list[str]) -> list[Item]:
-    """The items of one decision the records hold (an init before a commit whose epoch the state does not know)."""
+             notes: _Notes, offsets_unknown: list[str], staged: StagedCopies) -> list[Item]:
+    """The items of one decision the records hold (an init before a commit whose epoch the state does not know),
+    a producer commit completed with its staged files in partitions whose record was never written
+    (:mod:`coordinator.logstaged`)."""
     kind, name, p, i = key
     if kind != "c":
         op = found[(name, p)].ops[i]
@@ -279,8 +289,18 @@ def _decided(store: Store, seq: int, key: _Key, found: Mapping[tuple[str, int], 
     txn = name
     parts = tuple(PartAssign(t, q, op.base, op.segments) for (t, q), rec in sorted(found.items())
                   for op in rec.ops if isinstance(op, CommitOp) and op.txn == txn)
-    where = ", ".join(f"{a.topic}/{a.partition} [{a.base}, {a.base + a.rows})" for a in parts)
     ref = parse_txn_id(txn)
+    if ref is not None and ref.kind == "p":
+        extra = staged.parts_of(txn, scratch)
+        for a in extra:
+            notes.recovered.append(f"commit {txn} in {a.topic}/{a.partition} [{a.base}, {a.base + a.rows}): from its "
+                                   "staged segment files (its partition record there was never written)")
+        parts = tuple(sorted((*parts, *extra), key=lambda a: (a.topic, a.partition)))
+    elif files := staged.files_of(txn):
+        notes.lost.append(f"what commit {txn} published in {', '.join(f'{t}/{q}' for t, q in sorted(files))}, if "
+                          "anything: staged files of it lie there, but its partition record was never written and "
+                          "a Spark task attempt's files prove nothing")
+    where = ", ".join(f"{a.topic}/{a.partition} [{a.base}, {a.base + a.rows})" for a in parts)
     out: list[Item] = []
     meta = None
     if ref is not None and ref.kind == "p":
@@ -321,7 +341,7 @@ def _decided(store: Store, seq: int, key: _Key, found: Mapping[tuple[str, int], 
     elif ref.n <= meta.last_txn:
         notes.assumed.append(f"commit {txn}: the state before already decided transaction {meta.last_txn} of "
                              f"{meta.tid!r}; taken as it stands")
-    seqs = _sequences(txn, parts)
+    seqs = sequences(txn, parts)
     if any("~spark-" in s.path for a in parts for s in a.segments):
         notes.lost.append(f"the application version (txnAppId) of Spark batch commit {txn}, if it had one: a rerun of "
                           "that version is not recognised as done")
@@ -333,20 +353,6 @@ def _decided(store: Store, seq: int, key: _Key, found: Mapping[tuple[str, int], 
     out.append(CommitItem("c-" + txn, txn=txn, tid=meta.tid, pid=ref.pid, epoch=ref.epoch, n=ref.n, parts=parts,
                           seqs=seqs, end_producer=meta.ephemeral))
     return out
-
-
-def _sequences(txn: str, parts: Sequence[PartAssign]) -> dict[str, int]:
-    """The producer sequence numbers a commit moves to (``topic|partition`` -> the last), from a Python producer's
-    segment names; empty when its segments are not numbered so."""
-    seqs: dict[str, int] = {}
-    for a in parts:
-        for s in a.segments:
-            m = _SEQ_NAME.match(s.path.rsplit("/", 1)[-1])
-            if m is None or m.group("txn") != txn:
-                return {}
-            key = f"{a.topic}|{a.partition}"
-            seqs[key] = max(seqs.get(key, -1), int(m.group("seq")))
-    return seqs
 
 
 def _tid_of(pid: int, intents: Mapping[str, Request], later: Sequence[LogEntry], store: Store,
@@ -435,6 +441,29 @@ def _inits_proven_later(seq: int, scratch: CoordinatorState, later: Sequence[Log
                 notes.lost.append(f"what entry {seq} did to {tid!r} (epoch {meta.epoch} before, {item.epoch - 1} "
                                   f"after, as entry {e.seq} shows): an init or a fence no copy holds")
             sim.apply_item(item, e.ts)
+    return out
+
+
+def _fence_unproven(seq: int, scratch: CoordinatorState, later: Sequence[LogEntry], known: CoordinatorState | None,
+                    notes: _Notes) -> list[Item]:
+    """Expire (fence for good) every producer of the rebuilt state whose epoch the entry may have fenced: the entry
+    could have held an init or a timeout abort of it that no copy holds, and its zombie must never commit again.
+    A producer is kept when a copy proves its epoch outlived the entry: an entry after it decides something as that
+    producer (a commit or abort made as its epoch, an init, an expiry), or a checkpoint covering the entry holds it
+    at the same producer id and epoch. Only liveness is lost: an expired producer initialises again."""
+    named = {item.tid for e in later for item in e.items if isinstance(item, InitItem | ExpireItem | CommitItem)
+             or (isinstance(item, AbortItem) and not item.fence)}
+    out: list[Item] = []
+    for tid, meta in sorted(scratch.producers.items()):
+        kept = known.producers.get(tid) if known is not None else None
+        if tid in named or (kept is not None and (kept.pid, kept.epoch) == (meta.pid, meta.epoch)):
+            continue
+        out.append(ExpireItem(f"repair-{seq}-{meta.pid}", tid=tid, pid=meta.pid,
+                              reason=f"entry {seq} was rebuilt and may have fenced this epoch"))
+    if out:
+        notes.assumed.append("fenced for good (expired), as the entry may have fenced them and no copy says: "
+                             + ", ".join(repr(i.tid) for i in out if isinstance(i, ExpireItem))
+                             + " (each initialises again)")
     return out
 
 

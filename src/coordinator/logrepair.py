@@ -9,8 +9,10 @@ damaged one, what :func:`execute_log_repair` would do:
   report names what was assumed and what no copy holds. It replaces the damaged object with a plain put: the number
   is taken, so nobody else can create it;
 * a damaged **entry a readable checkpoint covers** (it stops nobody) is rebuilt only when replaying the rebuilt entry
-  reproduces that checkpoint's state exactly (then nothing was lost); otherwise it is left for truncation, since the
-  checkpoint holds its decisions;
+  reproduces that checkpoint's state exactly (then nothing was lost); otherwise, since the checkpoint holds its
+  decisions, it is *removed* as truncation would remove it, when a readable numbered checkpoint lies above it and that
+  checkpoint's own entry is readable (truncation's invariants: a number is freed only below a numbered checkpoint,
+  and the entry a checkpoint ends at stays, so a view passed by lists it and jumps), else left for truncation;
 * a damaged **numbered checkpoint** is rewritten with the state at its entry, replayed from an older checkpoint; one
   whose entries were truncated is left (readers skip it; truncation deletes it once a newer one is old enough);
 * a damaged **``_last.json``** is rewritten with the state at the last retained entry.
@@ -41,11 +43,11 @@ class LogObjectRepair:
     """One damaged log object and what the repair does with it.
 
     ``kind`` is ``entry`` or ``checkpoint``; ``seq`` the entry's number (a checkpoint's, or -1 for ``_last.json``);
-    ``covered`` whether a readable checkpoint covers it (at or above its entry: then it stops nobody); ``action`` one
-    of ``rebuild`` (an
-    entry), ``rewrite`` (a checkpoint), ``leave`` (not needed: ``why`` says what readers use instead) and ``cannot``
-    (``why`` says what is missing); ``recovered``, ``assumed`` and ``lost`` as in
-    :class:`~coordinator.logrebuild.Rebuilt`; ``data`` the bytes to put.
+    ``covered`` whether a readable checkpoint covers it (at or above its entry: then it stops nobody); ``action``
+    one of ``rebuild`` (an entry), ``rewrite`` (a checkpoint), ``remove`` (a covered entry, deleted as truncation
+    would), ``leave`` (not needed: ``why`` says what readers use instead) and ``cannot`` (``why`` says what is
+    missing); ``recovered``, ``assumed`` and ``lost`` as in :class:`~coordinator.logrebuild.Rebuilt`; ``data`` the
+    bytes to put.
     """
 
     path: str
@@ -92,6 +94,8 @@ class _Log:
     entries: dict[int, LogEntry] = field(default_factory=dict)
     damaged: dict[int, tuple[bytes, CorruptLogError]] = field(default_factory=dict)
     checkpoints: dict[int, CoordinatorState] = field(default_factory=dict)
+    #: the entries readable numbered checkpoints end at (``checkpoints`` holds ``_last.json``'s state too)
+    numbered: set[int] = field(default_factory=set)
     rebuilt: dict[int, LogEntry] = field(default_factory=dict)
 
     def entry(self, seq: int) -> LogEntry | None:
@@ -165,6 +169,8 @@ def _read_log(store: Store) -> tuple[_Log, dict[str, tuple[int, CorruptLogError]
             bad[path] = (-1 if q is None else q, CorruptLogError(str(exc)))
             continue
         out.checkpoints.setdefault(st.seq, st)
+        if q is not None:
+            out.numbered.add(st.seq)
     return out, bad
 
 
@@ -242,8 +248,25 @@ def plan_log_repair(store: Store) -> LogRepairPlan:
                                  "truncation deletes it); the copies do not reproduce that checkpoint, so it is not "
                                  "rebuilt")
     plan.objects = sorted([*plan.objects, *built.values()], key=lambda o: o.seq)
+    plan.objects = [_removed(lg, o) if o.kind == "entry" and o.action == "leave" else o for o in plan.objects]
     _plan_checkpoints(lg, bad_checkpoints, plan)
+    # a rebuilt entry may define a record its copies lacked (a commit completed from its staged files)
+    have = {e.seq for e in plan.records}
+    plan.records += [lg.rebuilt[o.seq] for o in plan.objects
+                     if o.kind == "entry" and o.action == "rebuild" and o.seq not in have]
     return plan
+
+
+def _removed(lg: _Log, o: LogObjectRepair) -> LogObjectRepair:
+    """A covered entry left as it is, removed instead when truncation could remove it: a readable numbered
+    checkpoint lies above it and that checkpoint's own entry is readable (see the module docstring)."""
+    above = [c for c in lg.numbered if c > o.seq and c in lg.entries]
+    if not above:
+        return o
+    c = min(above)
+    return replace(o, action="remove", why=f"{o.why}; removed, as truncation would remove it: the numbered "
+                                           f"checkpoint at entry {c} holds its decisions, and readers jump over the "
+                                           f"gap to it")
 
 
 def _cover(lg: _Log, seq: int) -> int:
@@ -298,7 +321,8 @@ def _plan_checkpoints(lg: _Log, bad: dict[str, tuple[int, CorruptLogError]], pla
 
 
 def execute_log_repair(store: Store, plan: LogRepairPlan) -> None:
-    """Do what ``plan`` says: put the rebuilt entries (plain puts: their numbers are taken), make sure the
+    """Do what ``plan`` says: put the rebuilt entries (plain puts: their numbers are taken), delete the removed
+    ones, make sure the
     partition records below the rewritten checkpoints exist, then put the checkpoints (``_last.json`` last).
 
     Raises:
@@ -306,6 +330,9 @@ def execute_log_repair(store: Store, plan: LogRepairPlan) -> None:
     """
     entries = [o for o in plan.objects if o.kind == "entry" and o.action == "rebuild"]
     parallel.pmap(lambda o: store.put(o.path, o.data), entries)
+    for o in plan.objects:
+        if o.kind == "entry" and o.action == "remove":
+            store.delete(o.path)
     if plan.records:
         probe_conditional_writes(store)
         ensure_records(store, plan.records)

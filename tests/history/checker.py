@@ -119,7 +119,9 @@ class MiscOp:
     ``seconds`` is how long a ``pause`` (or ``process-pause``) lasted. A ``lying-store`` operation drove one writing
     path against a store ignoring conditional writes: ``accepted`` are the conditional writes that reached it. A
     ``repair`` operation is the operator's repair of damaged log files: ``unrepaired`` are those still damaged
-    after it, ``named`` those of them that the repair or ``verify`` named."""
+    after it, ``named`` those of them that the repair or ``verify`` named, ``left_covered`` those of them the repair
+    left because a readable checkpoint covers them (they stop nobody; truncation deletes them), and
+    ``offsets_lost`` whether it named consumer-group offsets that no copy held."""
 
     id: str
     kind: str
@@ -139,6 +141,8 @@ class MiscOp:
     accepted: list[str] = field(default_factory=list)
     unrepaired: list[str] = field(default_factory=list)
     named: list[str] = field(default_factory=list)
+    left_covered: list[str] = field(default_factory=list)
+    offsets_lost: bool = False
 
 
 Op = TxnOp | ReadOp | MiscOp
@@ -485,13 +489,15 @@ def group_offsets(h: History) -> list[str]:
     if h.ctp is None or h.final is None:
         return []
     group, src, dst = h.ctp
+    # a repair that named consumer-group offsets no copy held may leave the group's offsets behind its outputs
+    named_loss = any(o.offsets_lost for o in h.misc() if o.kind == "repair")
     committed = h.final_groups.get(group, {}).get(src, {})
     final = _committed(h.final.records)
     consumed = {v for t, p, o, v in final if t == src and o < committed.get(p, 0)}
     produced = [v.split("|", 1)[1] for t, _p, _o, v in final if t == dst]
     out = []
     extra = [v for v in produced if v not in consumed]
-    if extra:
+    if extra and not named_loss:
         out.append(f"group {group}: {len(extra)} outputs of input not consumed by offsets {committed}, e.g. {extra[0]}")
     counts: dict[str, int] = defaultdict(int)
     for v in produced:
@@ -616,17 +622,17 @@ def lying_store_accepted(h: History) -> list[str]:
 
 def unrepaired(h: History) -> list[str]:
     """After the operator's repair, a damaged log entry is still damaged (log entries must be repaired: what they
-    decided is committed), or another damaged file is still damaged and neither the repair nor ``verify`` names
-    it."""
+    decided is committed) though no readable checkpoint covering it holds its decisions, or another damaged file is
+    still damaged and neither the repair nor ``verify`` names it."""
     out = []
     for o in h.misc():
         if o.kind != "repair":
             continue
         for path in o.unrepaired:
             named = "named by the repair or verify" if path in o.named else "and nothing names it"
-            if path.startswith("_txn/log/"):
+            if path.startswith("_txn/log/") and path not in o.left_covered:
                 out.append(f"damaged log entry {path} is not repaired ({named}; {o.detail})")
-            elif path not in o.named:
+            elif not path.startswith("_txn/log/") and path not in o.named:
                 out.append(f"{path} is still damaged after the repair {named} ({o.detail})")
     return out
 

@@ -88,6 +88,8 @@ def operator_repair(url: str, options: dict[str, str], damaged: list[str]) -> Mi
     op.unrepaired = [p for p in damaged if still_damaged(store, p)]
     told = "\n".join(said)
     op.named = [p for p in op.unrepaired if p in told or p.rsplit("/", 1)[-1] in told]
+    op.left_covered = [p for p in op.unrepaired if f"{p} (entry, covered by a readable checkpoint): left:" in told]
+    op.offsets_lost = "lost: consumer-group offsets committed with" in told
     if op.unrepaired:
         op.outcome = UNKNOWN
     op.detail = "; ".join(steps)

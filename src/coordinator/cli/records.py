@@ -113,7 +113,8 @@ def _repair_log(args: argparse.Namespace, settings: Settings, out: Output) -> in
         out.emit("nothing to repair: every retained transaction log entry and checkpoint decodes")
         return EXIT_OK
     verbs = {"rebuild": ("would rebuild", "rebuilt"), "rewrite": ("would rewrite", "rewrote"),
-             "leave": ("leaves", "left"), "cannot": ("cannot repair", "could not repair")}
+             "remove": ("would remove", "removed"), "leave": ("leaves", "left"),
+             "cannot": ("cannot repair", "could not repair")}
     for o in plan.objects:
         where = ("checkpoint" if o.kind == "checkpoint" else
                  "entry, covered by a readable checkpoint" if o.covered else "entry, above every readable checkpoint")
@@ -122,7 +123,7 @@ def _repair_log(args: argparse.Namespace, settings: Settings, out: Output) -> in
         for title, lines in (("recovered", o.recovered), ("assumed", o.assumed), ("lost", o.lost)):
             for line in lines:
                 out.emit(f"  {title}: {line}")
-    done = sum(o.action in ("rebuild", "rewrite") for o in plan.objects)
+    done = sum(o.action in ("rebuild", "rewrite", "remove") for o in plan.objects)
     if plan.executed:
         out.emit(f"\nrepaired {done} object(s)" + ("" if plan.ok else "; some could not be repaired (above)"))
     elif done:

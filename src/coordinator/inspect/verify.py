@@ -151,7 +151,8 @@ def verify(store: Store, *, progress: ProgressFn | None = None,
         cover = min((c for c in readable if c >= seq), default=None)
         fix = REPAIR_LOG_HINT if cover is None else (
             f"the checkpoint at entry {cover} covers it, so no reader needs it and truncation deletes it; "
-            "`txnlog repair --log` rebuilds it if the other copies reproduce that checkpoint")
+            "`txnlog repair --log` rebuilds it if the other copies reproduce that checkpoint, else removes it when a "
+            "numbered checkpoint lies above it")
         try:
             data = store.get(path)
             e = LogEntry.from_bytes(data, path)

@@ -1,0 +1,88 @@
+"""The parts of a rebuilt commit that only its staged segment files still hold (see :mod:`coordinator.logrebuild`).
+
+A commit's writer publishes its partition records after the commit point; one that fails right after it leaves some
+unwritten, and a reader or the next checkpoint writes them from the entry. When that entry is then damaged before
+anyone did, the partitions whose records are missing hold nothing of the commit but its staged segment files.
+
+For a Python producer's transaction (``p.<pid>.<epoch>.<n>``) those files are exactly its segments there: the
+producer stages each partition's rows under ``<txn>~<sequence number>``, drops them from its buffer only once staged,
+restages a failed stage under the same name, and stages everything still buffered before it commits. So a partition
+no later entry touched, whose record after the state before the entry is missing, and that holds staged files of a
+commit the other records prove, gets those files as the commit's part there, at the partition's end. Spark's
+application commits stage files per task attempt (a failed attempt's files are not committed), so for them the
+files prove nothing: they are named as a possible loss instead.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Sequence
+
+from coordinator import parallel
+from coordinator.layout import data_dir
+from coordinator.records import MarkerSegment, PartAssign
+from coordinator.segments import decode_segment
+from coordinator.state import CoordinatorState
+from coordinator.store import Store
+
+#: A Python producer's segment name: ``<txn>~<sequence number, 10 digits>.<ext>`` (see ``Producer._stage``).
+_SEQ_NAME = re.compile(r"^(?P<txn>.+)~(?P<seq>\d{10})\.(parquet|arrow)$")
+
+
+class StagedCopies:
+    """The staged files of the partitions ``unrecorded`` (no record after the state before the entry, and no later
+    entry touched them), listed once on first use."""
+
+    def __init__(self, store: Store, unrecorded: Sequence[tuple[str, int]]) -> None:
+        self.store = store
+        self.unrecorded = list(unrecorded)
+        self._names: dict[tuple[str, int], list[str]] | None = None
+
+    def _listed(self) -> dict[tuple[str, int], list[str]]:
+        if self._names is None:
+            names = parallel.pmap(lambda tp: self.store.list(data_dir(*tp)), self.unrecorded)
+            self._names = dict(zip(self.unrecorded, names, strict=True))
+        return self._names
+
+    def files_of(self, txn: str) -> dict[tuple[str, int], list[str]]:
+        """The paths of ``txn``'s sequence-numbered staged files in each unrecorded partition, in sequence order."""
+        out: dict[tuple[str, int], list[str]] = {}
+        for tp, names in self._listed().items():
+            mine = sorted(n for n in names if (m := _SEQ_NAME.match(n)) is not None and m.group("txn") == txn)
+            if mine:
+                out[tp] = [f"{data_dir(*tp)}/{n}" for n in mine]
+        return out
+
+    def parts_of(self, txn: str, state: CoordinatorState) -> list[PartAssign]:
+        """``txn``'s parts in the unrecorded partitions, at each partition's end in ``state``.
+
+        Raises:
+            CorruptLogError: a staged file cannot be decoded (its rows cannot be counted).
+            StoreError: the store failed.
+        """
+        parts = []
+        for (topic, p), paths in sorted(self.files_of(txn).items()):
+            segments = []
+            for path in paths:
+                data = self.store.get(path)
+                segments.append(MarkerSegment(path, decode_segment(data, path).num_rows, len(data), zlib.crc32(data)))
+            parts.append(PartAssign(topic, p, state.partition(topic, p).end, tuple(segments)))
+        return parts
+
+
+def sequences(txn: str, parts: Sequence[PartAssign]) -> dict[str, int]:
+    """The producer sequence numbers a commit moves to (``topic|partition`` -> the last), from a Python producer's
+    segment names; empty when its segments are not numbered so."""
+    seqs: dict[str, int] = {}
+    for a in parts:
+        for s in a.segments:
+            m = _SEQ_NAME.match(s.path.rsplit("/", 1)[-1])
+            if m is None or m.group("txn") != txn:
+                return {}
+            key = f"{a.topic}|{a.partition}"
+            seqs[key] = max(seqs.get(key, -1), int(m.group("seq")))
+    return seqs
+
+
+__all__ = ["StagedCopies", "sequences"]
