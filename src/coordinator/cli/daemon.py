@@ -95,7 +95,7 @@ def describe(event: dict[str, Any]) -> str:
 
 
 def cmd_coordinator_run(args: argparse.Namespace, settings: Settings, out: Output) -> int:
-    interval = settings.sweep_interval_s if args.interval is None else args.interval
+    interval = settings.sweep_interval_s if args.interval is None else args.interval / 1000
     if not interval > 0:
         raise InvalidOptionError(f"--interval must be a positive number of seconds, got {interval}")
     store = settings.open(write=True)

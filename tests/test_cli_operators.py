@@ -1,0 +1,141 @@
+"""The ``txnlog`` command line as operators meet it: one syntax for durations and sizes (input and output), one-line
+errors, the documented defaults are the code's, past tense after ``--execute``, what ``resolve`` and ``txns`` say
+of a fenced producer's transaction and of a failed ``produce``, ``dump``'s columns and count, and the events
+maintenance reports. Runs on local disk; the S3 endpoint cases are in ``test_cli_s3.py``."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from cli_lake import Lake, build_lake, run, run_json
+from coordinator.cli.config import CONFIG_KEYS, Settings, load_settings
+from coordinator.cli.parser import build_parser
+from coordinator.errors import InvalidOptionError
+from coordinator.maintenance import DEFAULT_GC_GRACE_MS
+from coordinator.topic_admin import check_config
+from coordinator.units import fmt_duration, fmt_size, parse_duration_ms, parse_size
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI_DOC = ROOT / "docs" / "cli.md"
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> Lake:
+    return build_lake(str(tmp_path / "lake"))
+
+
+# -- durations and sizes ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, unit, ms", [
+    ("1d", "s", 86_400_000), ("5s", "s", 5000), ("15m", "s", 900_000), ("4m05s", "s", 245_000),
+    ("2d04h", "s", 187_200_000), ("850ms", "s", 850), ("12.5s", "ms", 12_500), ("1h", "ms", 3_600_000),
+    ("1 h 30 min", "ms", 5_400_000), ("86400", "s", 86_400_000), ("604800000", "ms", 604_800_000),
+    ("0.5", "s", 500), ("1w", "ms", 604_800_000),
+])
+def test_durations_read_every_form_printed_and_plain_numbers(text: str, unit: str, ms: int) -> None:
+    assert parse_duration_ms(text, what="x", default_unit=unit) == ms
+
+
+def test_what_is_printed_reads_back() -> None:
+    for ms in (0, 7, 850, 1000, 12_500, 245_000, 3_600_000, 11_520_000, 187_200_000):
+        shown = fmt_duration(ms)
+        back = parse_duration_ms(shown, what="x", zero_ok=True)
+        assert abs(back - ms) <= max(1, ms // 100), (ms, shown, back)
+    for n in (0, 512, 1024, 36_045, 64 * 1024 * 1024, 3 * 1024**3 // 2):
+        shown = fmt_size(n)
+        assert abs(parse_size(shown, what="x", zero_ok=True) - n) <= max(1, n // 100), (n, shown)
+    assert parse_size("64MiB", what="x") == parse_size("64 MiB", what="x") == 64 * 1024 * 1024
+    assert parse_size("10GB", what="x") == 10**10 and parse_size("4096", what="x") == 4096
+
+
+@pytest.mark.parametrize("text", ["", "x", "5 parsecs", "-1s", "1d-2h", "s", "0", "inf", "5s5"])
+def test_bad_durations_name_the_option(text: str) -> None:
+    with pytest.raises(InvalidOptionError, match="^--grace must be a positive duration"):
+        parse_duration_ms(text, what="--grace", default_unit="s")
+
+
+def test_topic_config_takes_units_and_plain_numbers() -> None:
+    assert check_config({"retention.ms": "1h", "retention.bytes": "64MiB"}) == {
+        "retention.ms": "3600000", "retention.bytes": str(64 * 1024 * 1024)}
+    assert check_config({"retention.ms": "604800000", "retention.bytes": "1"}) == {
+        "retention.ms": "604800000", "retention.bytes": "1"}
+    with pytest.raises(InvalidOptionError, match="topic config retention.bytes must be a positive size"):
+        check_config({"retention.bytes": "lots"})
+
+
+def test_cli_options_take_units(lake: Lake, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out, _ = run(capsys, "--store", lake.url, "gc", "--grace", "1d")
+    assert code == 0 and "more than 1d00h ago" in out
+    assert run_json(capsys, "--store", lake.url, "gc", "--grace", "12h")["grace_ms"] == 43_200_000
+    assert run_json(capsys, "--store", lake.url, "gc", "--grace", "60")["grace_ms"] == 60_000  # plain seconds
+    args = build_parser().parse_args(["coordinator", "run", "--interval", "5s"])
+    assert args.interval == 5000
+    args = build_parser().parse_args(["compact", "--target-bytes", "64MiB"])
+    assert args.target_bytes == 64 * 1024 * 1024
+    meta = run_json(capsys, "--store", lake.url, "set-config", "orders", "--set", "retention.ms=1h")
+    assert meta["config"]["retention.ms"] == "3600000"
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[transactions]\ntimeout_ms = "2m"\n[daemon]\nsweep_interval_s = "1m"\n'
+                   '[segments]\ntarget_bytes = "8MiB"\n')
+    s = load_settings(config=str(cfg), environ={})
+    assert (s.transaction_timeout_ms, s.sweep_interval_s, s.segment_target_bytes) == (120_000, 60.0, 8 << 20)
+    cfg.write_text('[daemon]\nsweep_interval_s = "soon"\n')
+    code, _, err = run(capsys, "--config", str(cfg), "--store", lake.url, "topics")
+    assert code == 2 and f"[daemon] sweep_interval_s in {cfg} must be a positive duration" in err
+
+
+# -- errors -------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["gc", "--grace", "soon"], "--grace must be a non-negative duration"),
+    (["compact", "--target-bytes", "big"], "--target-bytes must be a positive size"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+    (["describe"], "the following arguments are required: topic"),
+    (["dump", "orders", "--limit", "x"], "expected a non-negative integer"),
+])
+def test_usage_errors_are_one_line(lake: Lake, capsys: pytest.CaptureFixture[str], argv: list[str],
+                                   fragment: str) -> None:
+    code, out, err = run(capsys, "--store", lake.url, *argv)
+    assert code == 2 and out == ""
+    assert len(err.splitlines()) == 1 and err.startswith("txnlog: error: ") and "usage:" not in err, err
+    assert fragment in err
+
+
+# -- documented defaults ------------------------------------------------------------------------------------------
+
+
+def _doc_settings_table() -> dict[tuple[str, str], str]:
+    """``(section, key) -> documented default`` from the settings table of docs/cli.md."""
+    text = CLI_DOC.read_text()
+    body = text[text.index("## Settings file"):text.index("## Output")]
+    out = {}
+    for line in body.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or not cells[0].startswith("`["):
+            continue
+        for key in re.findall(r"`\[(\w+)\] (\w+)`", cells[0]):
+            out[key] = cells[1]
+    return out
+
+
+def test_documented_defaults_are_the_code() -> None:
+    documented = _doc_settings_table()
+    assert set(documented) == set(CONFIG_KEYS), "docs/cli.md's settings table and the config keys differ"
+    code = Settings()
+    for (section, key), text in documented.items():
+        value = getattr(code, CONFIG_KEYS[(section, key)])
+        first = text.split(" (")[0].strip("`")
+        shown = None if first == "none" else type(value)(first) if value is not None else first
+        assert shown == value, f"[{section}] {key}: docs/cli.md says {text!r}, the code uses {value!r}"
+    doc = CLI_DOC.read_text()
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices  # type: ignore[union-attr]
+    recent = re.search(r"the last `N`, default (\d+)", doc)
+    assert recent and int(recent.group(1)) == sub["txns"].get_default("recent")
+    grace = re.search(r"\[--grace DURATION\].*?default `([^`]+)`", doc)
+    assert grace and parse_duration_ms(grace.group(1), what="doc", default_unit="s") == DEFAULT_GC_GRACE_MS
