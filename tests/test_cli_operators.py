@@ -139,3 +139,60 @@ def test_documented_defaults_are_the_code() -> None:
     assert recent and int(recent.group(1)) == sub["txns"].get_default("recent")
     grace = re.search(r"\[--grace DURATION\].*?default `([^`]+)`", doc)
     assert grace and parse_duration_ms(grace.group(1), what="doc", default_unit="s") == DEFAULT_GC_GRACE_MS
+
+
+# -- fenced producers' transactions -------------------------------------------------------------------------------
+
+
+def make_zombie(url: str, options: dict[str, str] | None = None, *, expire: bool = False) -> str:
+    """Topic ``payments`` (3 partitions); producer ``pay`` commits one record, stages one in ``payments/2`` and is
+    fenced by a new producer of its transactional id (and, with ``expire``, its id expires). Returns the zombie's
+    transaction id."""
+    import pyarrow as pa
+
+    from coordinator import Producer, TransactionCoordinator, create_topic, open_store
+    from coordinator.errors import ProducerFencedError
+
+    store = open_store(url, options or {})
+    create_topic(store, "payments", pa.schema([("id", pa.int64())]), 3)
+    zombie = Producer(store, "pay")
+    zombie.init_transactions()
+    with zombie.transaction():
+        zombie.send("payments", [{"id": 0}], partition=1)
+    txn = zombie.begin_transaction()
+    zombie.send("payments", [{"id": 1}], partition=2)
+    zombie.flush()
+    Producer(open_store(url, options or {}), "pay").init_transactions()
+    with pytest.raises(ProducerFencedError):
+        zombie.commit_transaction()
+    if expire:
+        import time
+
+        time.sleep(0.01)
+        assert TransactionCoordinator(open_store(url, options or {}),
+                                      transactional_id_expiration_ms=1).expire_transactional_ids() == ["pay"]
+    return txn
+
+
+@pytest.mark.parametrize("expire", [False, True], ids=["fenced", "fenced-then-expired"])
+def test_resolve_and_txns_tell_a_fenced_zombies_transaction(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                            expire: bool) -> None:
+    url = str(tmp_path / "lake")
+    txn = make_zombie(url, expire=expire)
+    code, out, err = run(capsys, "--store", url, "resolve", txn)
+    assert code == 0, err
+    assert out.startswith(f"{txn} of producer pay: never committed (fenced at entry 2); 1 staged record in "
+                          "payments/2; gc removes it")
+    r = run_json(capsys, "--store", url, "resolve", txn)
+    assert (r["state_before"], r["action"]) == ("CompleteAbort", "none")
+    d = run_json(capsys, "--store", url, "txns")
+    assert [(f["txn"], f["fenced_seq"], f["partitions"], f["records"]) for f in d["fenced"]] == [
+        (txn, 2, ["payments/2"], 1)]
+    code, out, _ = run(capsys, "--store", url, "txns")
+    line = next(line for line in out.splitlines() if line.startswith(txn + " "))
+    assert "CompleteAbort" in line and "payments/2" in line
+    # GC removes it, and then nothing staged is left.
+    assert run_json(capsys, "--store", url, "gc", "--grace", "0", "--execute")["files"] == 1
+    code, out, _ = run(capsys, "--store", url, "resolve", txn)
+    assert code == 0 and "never committed (fenced at entry 2); nothing it staged is left" in out
+    assert run_json(capsys, "--store", url, "txns")["fenced"] == []

@@ -121,3 +121,15 @@ def test_s3_errors_never_show_credentials(s3_lake: S3Lake, capsys: pytest.Captur
                          "create-topic", "t", "--schema", "a:int64")
     assert code == 4 and err.startswith("txnlog: error:")
     assert secret not in out + err and "AKIACLITESTKEY000000" not in out + err
+
+
+def test_s3_resolve_and_txns_tell_a_fenced_zombies_transaction(s3_lake: S3Lake,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from test_cli_operators import make_zombie
+
+    txn = make_zombie(s3_lake.url, dict(s3_lake.options))
+    flags = _flags(s3_lake)
+    code, out, err = run(capsys, *flags, "resolve", txn)
+    assert code == 0 and out.startswith(f"{txn} of producer pay: never committed (fenced at entry 2); 1 staged "
+                                        "record in payments/2; gc removes it"), err
+    assert [f["txn"] for f in run_json(capsys, *flags, "txns")["fenced"]] == [txn]
