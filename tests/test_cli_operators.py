@@ -196,3 +196,47 @@ def test_resolve_and_txns_tell_a_fenced_zombies_transaction(tmp_path: Path, caps
     code, out, _ = run(capsys, "--store", url, "resolve", txn)
     assert code == 0 and "never committed (fenced at entry 2); nothing it staged is left" in out
     assert run_json(capsys, "--store", url, "txns")["fenced"] == []
+
+
+# -- produce errors and txns --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, body, message", [
+    ("a.jsonl", '{"id": 1}\n{"id": 2}\n\n{"id": "one"}\n', "line 4, field 'id': \"one\" is not of type int64"),
+    ("b.jsonl", '{"id": 1}\n{"idd": 2}\n', "line 2, field 'idd': not a column of the topic"),
+    ("c.jsonl", '{"id": 1}\nnot json\n', "line 2: not valid JSON"),
+    ("d.jsonl", '{"id": 1, "amount": "abc"}\n', "line 1, field 'amount': \"abc\" is not of type decimal128(10, 2)"),
+    ("e.jsonl", '{"id": 1}\n{"note": "x"}\n', "line 2, field 'id': missing"),
+    ("a.csv", "id,amount,note\n1,2.5,x\n2,zz,y\n", "line 3, field 'amount': 'zz' is not of type decimal128(10, 2)"),
+    ("b.csv", "id,amount,note\nq,1,x\n", "line 2, field 'id': 'q' is not of type int64"),
+    ("c.csv", "id,amount,note\n1,2,3\n4,5,6,7\n", "line 3: 4 values for 3 columns"),
+])
+def test_produce_errors_name_the_line_and_field(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str,
+                                                body: str, message: str) -> None:
+    url = str(tmp_path / "lake")
+    assert run(capsys, "--store", url, "create-topic", "t", "--schema",
+               "id:int64!, amount:decimal128(10,2), note:string")[0] == 0
+    (tmp_path / name).write_text(body)
+    code, out, err = run(capsys, "--store", url, "produce", "t", str(tmp_path / name))
+    assert code == 1 and out == "" and len(err.splitlines()) == 1
+    assert err.startswith(f"txnlog: error: {tmp_path / name}: {message}"), err
+
+
+def test_txns_show_full_ids_and_why_a_produce_failed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = str(tmp_path / "lake")
+    assert run(capsys, "--store", url, "create-topic", "t", "--schema", "id:int64!")[0] == 0
+    (tmp_path / "good.jsonl").write_text('{"id": 1}\n')
+    (tmp_path / "bad.jsonl").write_text('{"id": 1}\n{"id": "two"}\n')
+    assert run(capsys, "--store", url, "produce", "t", str(tmp_path / "good.jsonl"), "--transactional-id",
+               "loader")[0] == 0
+    assert run(capsys, "--store", url, "produce", "t", str(tmp_path / "bad.jsonl"))[0] == 1
+    d = run_json(capsys, "--store", url, "txns")
+    [loader] = d["producers"]
+    assert (loader["last_txn"], loader["last_txn_id"]) == (0, "p.0.0.0")
+    failed = d["recent"][0]
+    assert failed["state"] == "CompleteAbort"
+    assert failed["reason"].startswith(f"txnlog produce failed: {tmp_path / 'bad.jsonl'}: line 2, field 'id'")
+    code, out, _ = run(capsys, "--store", url, "txns")
+    row = next(line for line in out.splitlines() if line.startswith("loader "))
+    assert "p.0.0.0 CompleteCommit" in row
+    assert "txnlog produce failed: " in out and "line 2, field 'id'" in out

@@ -46,7 +46,7 @@ def cmd_txns(args: argparse.Namespace, settings: Settings, out: Output) -> int:
     for p in d["producers"]:
         p["flags"] = ",".join(f for f, on in (("ephemeral", p["ephemeral"]), ("reserved", p["reserved"])) if on)
         p["idle"], p["timeout"] = fmt_age(p["idle_ms"]), fmt_age(p["timeout_ms"])
-        p["last"] = "-" if p["last_txn"] is None else f"{p['last_txn']} {p['last_state']}"
+        p["last"] = "-" if p["last_txn_id"] is None else f"{p['last_txn_id']} {p['last_state']}"
     out.emit(f"transactional ids ({len(d['producers'])}), transaction log at entry {d['log_seq']}")
     out.emit(render_table(d["producers"], ["tid", "pid", "epoch", "state", "open_txn", "last", "idle", "timeout",
                                            "flags"],

@@ -46,6 +46,7 @@ from coordinator.records import (
     check_format,
     decode_json,
     parse_txn_id,
+    producer_txn_id,
 )
 from coordinator.state import CoordinatorState
 from coordinator.store import Store
@@ -181,8 +182,8 @@ def transactions(
     """The coordinator's view of transactions, as ``kafka-transactions.sh list`` / ``describe`` show Kafka's.
 
     Returns a dict with ``log_seq`` (last transaction-log entry), ``producers`` (every transactional id: ``tid``,
-    ``pid``, ``epoch``, ``state`` (``Ongoing`` while it has an open transaction), ``open_txn``, ``last_txn`` and
-    ``last_state`` (its last decided transaction number and state), ``idle_ms`` since its last decision,
+    ``pid``, ``epoch``, ``state`` (``Ongoing`` while it has an open transaction), ``open_txn``, ``last_txn``,
+    ``last_txn_id`` and ``last_state`` (its last decided transaction's number, full id and state), ``idle_ms`` since its last decision,
     ``timeout_ms``, ``reserved`` (the producers of group-offset commits), ``ephemeral``), ``open`` (producer
     transactions that staged data and are not decided: ``txn``, ``tid``, ``state``, ``started`` and ``age_ms`` on
     the store's clock, ``timeout_ms``, ``timed_out``, and what they staged: ``partitions``, ``segments``,
@@ -224,6 +225,7 @@ def transactions(
             "tid": m.tid, "pid": m.pid, "epoch": m.epoch,
             "state": ONGOING if m.tid in open_by_tid else m.state.value, "open_txn": open_by_tid.get(m.tid),
             "last_txn": None if m.last_txn < 0 else m.last_txn,
+            "last_txn_id": None if m.last_txn < 0 else producer_txn_id(m.pid, m.epoch, m.last_txn),
             "last_state": None if m.last_outcome is None else _OUTCOME_STATE.get(m.last_outcome, UNKNOWN),
             "idle_ms": t - m.last_ts, "timeout_ms": m.timeout_ms,
             "reserved": m.tid.startswith(GROUP_TID_PREFIX), "ephemeral": m.ephemeral,
