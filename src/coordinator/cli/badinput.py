@@ -46,7 +46,7 @@ def _first_bad(lines: Sequence[bytes], head: bytes, read: Callable[[bytes], None
     lo, hi = 0, len(lines)  # the prefix of length hi fails, that of length lo reads
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if _fails(lambda: read(head + b"".join(lines[:mid]))) is None:
+        if _fails(lambda m=mid: read(head + b"".join(lines[:m]))) is None:
             lo = mid
         else:
             hi = mid

@@ -183,15 +183,15 @@ def transactions(
 
     Returns a dict with ``log_seq`` (last transaction-log entry), ``producers`` (every transactional id: ``tid``,
     ``pid``, ``epoch``, ``state`` (``Ongoing`` while it has an open transaction), ``open_txn``, ``last_txn``,
-    ``last_txn_id`` and ``last_state`` (its last decided transaction's number, full id and state), ``idle_ms`` since its last decision,
-    ``timeout_ms``, ``reserved`` (the producers of group-offset commits), ``ephemeral``), ``open`` (producer
-    transactions that staged data and are not decided: ``txn``, ``tid``, ``state``, ``started`` and ``age_ms`` on
-    the store's clock, ``timeout_ms``, ``timed_out``, and what they staged: ``partitions``, ``segments``,
-    ``records``, ``bytes``), ``waiting`` (requests published for group commit and not decided yet), ``recent``
-    (the last ``recent`` decisions among the last ``scan`` log entries, newest first; see
-    :func:`decision_rows`; aborted ones filled from their staged files when ``staged``) and ``fenced``
-    (transactions of fenced producers that staged files and never committed, which GC removes; only when
-    ``staged``: see :func:`coordinator.inspect.fenced.fenced_rows`).
+    ``last_txn_id`` and ``last_state`` (its last decided transaction's number, full id and state), ``idle_ms`` since
+    its last decision, ``timeout_ms``, ``reserved`` (the producers of group-offset commits), ``ephemeral``),
+    ``open`` (producer transactions that staged data and are not decided: ``txn``, ``tid``, ``state``, ``started``
+    and ``age_ms`` on the store's clock, ``timeout_ms``, ``timed_out``, and what they staged: ``partitions``,
+    ``segments``, ``records``, ``bytes``), ``waiting`` (requests published for group commit and not decided yet),
+    ``recent`` (the last ``recent`` decisions among the last ``scan`` log entries, newest first; see
+    :func:`decision_rows`; aborted ones filled from their staged files when ``staged``) and ``fenced`` (transactions
+    of fenced producers that staged files and never committed, which GC removes; only when ``staged``: see
+    :func:`coordinator.inspect.fenced.fenced_rows`).
 
     Raises:
         CorruptLogError: the log cannot be read.
