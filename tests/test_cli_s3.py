@@ -133,3 +133,20 @@ def test_s3_resolve_and_txns_tell_a_fenced_zombies_transaction(s3_lake: S3Lake,
     assert code == 0 and out.startswith(f"{txn} of producer pay: never committed (fenced at entry 2); 1 staged "
                                         "record in payments/2; gc removes it"), err
     assert [f["txn"] for f in run_json(capsys, *flags, "txns")["fenced"]] == [txn]
+
+
+def test_s3_missing_credentials_fail_at_once_and_a_url_without_bucket_says_so(
+        s3_lake: S3Lake, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    for var in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    t0 = time.monotonic()
+    code, out, err = run(capsys, *_flags(s3_lake, credentials=False), "topics")
+    assert code == 4 and out == "" and "no usable credentials" in err and "--s3-key" in err, err
+    assert "attempts" not in err and time.monotonic() - t0 < 2.0  # not 8 attempts with backoff
+    for url in ("s3://", "s3:///lake", "s3a://"):
+        code, _, err = run(capsys, "--store", url, "topics")
+        assert code == 2 and f"store URL {url!r} names no bucket" in err, err
