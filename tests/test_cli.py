@@ -53,7 +53,7 @@ def test_topics_and_describe(lake: Lake, capsys: pytest.CaptureFixture[str]) -> 
     # Numbers are right-aligned under their headers.
     assert row.index("11") + 2 == header.index("RECORDS") + len("RECORDS")
     [t] = run_json(capsys, "topics", "--store", lake.url)
-    assert t["records"] == 11 and t["created"] is None and isinstance(t["bytes"], int) and t["damaged"] is None
+    assert t["records"] == 11 and ISO_UTC.match(t["created"]) and isinstance(t["bytes"], int) and t["damaged"] is None
     code, out, _ = run(capsys, "describe", TOPIC, "--store", lake.url)
     assert code == 0 and "id: int64, name: string" in out and "STAGED" in out
     d = run_json(capsys, "describe", TOPIC, "--store", lake.url)

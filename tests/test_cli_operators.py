@@ -240,3 +240,22 @@ def test_txns_show_full_ids_and_why_a_produce_failed(tmp_path: Path, capsys: pyt
     row = next(line for line in out.splitlines() if line.startswith("loader "))
     assert "p.0.0.0 CompleteCommit" in row
     assert "txnlog produce failed: " in out and "line 2, field 'id'" in out
+
+
+def test_topics_created_from_python_get_a_creation_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import datetime as dt
+
+    import pyarrow as pa
+
+    from coordinator import create_topic, open_store
+    from coordinator.clock import store_now_ms
+
+    store = open_store(str(tmp_path / "lake"))
+    before = store_now_ms(store)
+    create_topic(store, "py", pa.schema([("id", pa.int64())]), 1)
+    after = store_now_ms(store)
+    [row] = run_json(capsys, "--store", str(tmp_path / "lake"), "topics")
+    created = dt.datetime.fromisoformat(row["created"].replace("Z", "+00:00")).timestamp() * 1000
+    assert before - 1 <= created <= after + 1
+    code, out, _ = run(capsys, "--store", str(tmp_path / "lake"), "describe", "py")
+    assert code == 0 and re.search(r"^created    \d{4}-\d\d-\d\dT", out, re.MULTILINE)

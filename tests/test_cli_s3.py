@@ -33,6 +33,7 @@ def test_s3_inspection(s3_lake: S3Lake, lake: Lake, capsys: pytest.CaptureFixtur
     flags = _flags(s3_lake)
     [t] = run_json(capsys, *flags, "topics")
     assert t["records"] == 11 and t["damaged"] is None
+    assert t["created"] is not None and t["created"] >= "2024"  # created from Python: the store's time
     desc = run_json(capsys, *flags, "describe", TOPIC)
     assert desc["partitions"] == 2 and [p["staged_files"] for p in desc["partition_info"]] == [2, 0]
     txns = run_json(capsys, *flags, "txns")
