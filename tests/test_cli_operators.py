@@ -259,3 +259,39 @@ def test_topics_created_from_python_get_a_creation_time(tmp_path: Path, capsys: 
     assert before - 1 <= created <= after + 1
     code, out, _ = run(capsys, "--store", str(tmp_path / "lake"), "describe", "py")
     assert code == 0 and re.search(r"^created    \d{4}-\d\d-\d\dT", out, re.MULTILINE)
+
+
+# -- maintenance events -------------------------------------------------------------------------------------------
+
+
+def test_maintenance_events_name_topic_and_partition(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    import pyarrow as pa
+
+    from coordinator import Producer, create_topic, open_store
+
+    url = str(tmp_path / "lake")
+    store = open_store(url)
+    create_topic(store, "r", pa.schema([("id", pa.int64())]), 2, config={"retention.bytes": "1"})
+    create_topic(store, "c", pa.schema([("id", pa.int64())]), 2)
+    p = Producer(store, "w")
+    p.init_transactions()
+    for i in range(3):
+        with p.transaction():
+            p.send("r", [{"id": i}], partition=1)
+            p.send("c", [{"id": i}], partition=0)
+    code, out, err = run(capsys, "--store", url, "coordinator", "run", "--once", "--maintenance", "--json")
+    assert code == 0, err
+    events = [json.loads(line) for line in out.splitlines()]
+    retained = [e for e in events if e["event"] == "retained"]
+    compacted = [e for e in events if e["event"] == "compacted"]
+    assert [(e["topic"], e["partition"], e["records"]) for e in retained] == [("r", 1, 3)]
+    assert [(e["topic"], e["partition"], e["segments_before"], e["segments_after"]) for e in compacted] == [
+        ("c", 0, 3, 1)]
+    from coordinator.cli.daemon import describe
+
+    assert describe(retained[0]) == "retention removed 3 record(s) from the start of r/1"
+    assert describe(compacted[0]).startswith("compacted c/0: 1 group(s) of small segments merged (3 -> 1")
+    assert describe({"event": "deleted", "topic": "c", "partition": 0, "files": 3, "bytes": 2048}) == \
+        "deleted 3 unreferenced file(s) of c/0, 2.0 KiB"
