@@ -295,3 +295,44 @@ def test_maintenance_events_name_topic_and_partition(tmp_path: Path, capsys: pyt
     assert describe(compacted[0]).startswith("compacted c/0: 1 group(s) of small segments merged (3 -> 1")
     assert describe({"event": "deleted", "topic": "c", "partition": 0, "files": 3, "bytes": 2048}) == \
         "deleted 3 unreferenced file(s) of c/0, 2.0 KiB"
+
+
+# -- dump ---------------------------------------------------------------------------------------------------------
+
+
+def test_dump_columns_never_drift_and_progress_counts_records(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import decimal
+
+    from coordinator import Producer, create_topic, open_store
+    from coordinator.cli import records
+    from coordinator.cli.schema import parse_schema
+
+    url = str(tmp_path / "lake")
+    store = open_store(url)
+    create_topic(store, "n", parse_schema("x:double, d:decimal128(12, 2), big:int64, name:string, b:binary"), 2)
+    p = Producer(store, "w")
+    p.init_transactions()
+    with p.transaction():
+        p.send("n", [{"x": 1.5, "d": decimal.Decimal("1.25"), "big": 1, "name": "a", "b": b"\0"}], partition=0)
+        p.send("n", [{"x": 0.1 + 0.2, "d": decimal.Decimal("-9999999999.99"), "big": -2**63, "name": "long" * 30,
+                      "b": b"x" * 30}] * 3, partition=1)
+    monkeypatch.setattr(records, "DUMP_CHUNK_ROWS", 1)  # every row its own chunk: widths must not grow
+    code, out, err = run(capsys, "--store", url, "dump", "n", "--progress")
+    assert code == 0
+    header, *lines = out.splitlines()
+    assert len(lines) == 4
+    names = header.split()
+    spans = [(m.start(), m.end()) for m in re.finditer(r"\S+", header)]
+    numeric = {"X", "D", "BIG", "_PARTITION", "_OFFSET"}
+    for line in lines:
+        for name, (start, end) in zip(names[:-1], spans[:-1], strict=True):
+            if name in numeric:  # right-aligned: ends under the header's end
+                assert line[end - 1] != " " and line[end:end + 2] == "  ", (name, line)
+            else:  # left-aligned: starts under the header's start
+                assert line[start] != " " and line[start - 2:start] == "  ", (name, line)
+    assert "…" in lines[1] and "x" * 30 not in out  # a long string is cut in the table only
+    assert "dump n: 4/4 records" in err and "slices" not in err and err.rstrip().endswith("4 record(s)")
+    code, out, err = run(capsys, "--store", url, "dump", "n", "--json")
+    assert code == 0 and len(out.splitlines()) == 4 and err.strip() == "4 record(s)"
+    assert '"long' + "long" * 29 + '"' in out

@@ -177,9 +177,10 @@ def test_dump_ranges_and_limits(lake: Lake) -> None:
     assert p0.column("_offset").to_pylist() == [1, 2] and set(p0.column("_partition").to_pylist()) == {0}
     assert ti.dump(store, TOPIC, limit=3).num_rows == 3
     assert ti.dump(store, TOPIC, start=10_000).num_rows == 0
-    slices: list[int] = []
-    batches = list(ti.iter_dump(store, TOPIC, total=slices.append))
-    assert slices == [3] and sum(b.num_rows for b in batches) == 11
+    totals: list[int] = []
+    done: list[int] = []
+    batches = list(ti.iter_dump(store, TOPIC, total=totals.append, progress=done.append))
+    assert totals == [11] and sum(done) == sum(b.num_rows for b in batches) == 11  # counted in records
     with pytest.raises(ti.InvalidOptionError):
         ti.dump(store, TOPIC, partition=5)
 
