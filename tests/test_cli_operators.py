@@ -336,3 +336,23 @@ def test_dump_columns_never_drift_and_progress_counts_records(tmp_path: Path, ca
     code, out, err = run(capsys, "--store", url, "dump", "n", "--json")
     assert code == 0 and len(out.splitlines()) == 4 and err.strip() == "4 record(s)"
     assert '"long' + "long" * 29 + '"' in out
+
+
+# -- --execute ----------------------------------------------------------------------------------------------------
+
+
+def test_execute_reports_in_the_past_tense(lake: Lake, capsys: pytest.CaptureFixture[str]) -> None:
+    from cli_lake import GROUP, TOPIC
+
+    for argv, said in [
+        (["repair"], "wrote 1 partition record(s)"),
+        (["reset-offsets", GROUP, "--all-topics", "--to-latest"],
+         f"changed the offsets of group {GROUP}: 2 partition(s) committed"),
+        (["delete-group", GROUP], f"deleted the offsets of group {GROUP}: 2 partition(s) committed"),
+        (["resolve", lake.hung_txn, "--abort"], f"{lake.hung_txn} of producer hung: aborted now"),
+        (["gc", "--grace", "0"], "deleted 2 file(s)"),
+        (["delete-topic", TOPIC], f"deleted topic {TOPIC}: 2 partition(s)"),
+    ]:
+        code, out, err = run(capsys, "--store", lake.url, *argv, "--execute")
+        assert code == 0, err
+        assert said in out and "would" not in out and "dry run" not in out, (argv, out)

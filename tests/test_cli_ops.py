@@ -136,7 +136,7 @@ def test_delete_group_dry_run_then_execute(lake: Lake, capsys: pytest.CaptureFix
     assert code == 0 and "(removed)" in out and "--execute" in out
     assert run_json(capsys, "--store", lake.url, "groups") != []
     code, out, _ = run(capsys, "--store", lake.url, "delete-group", GROUP, "--execute")
-    assert code == 0 and f"delete group {GROUP}: 1 partition(s) committed" in out
+    assert code == 0 and f"deleted the offsets of group {GROUP}: 1 partition(s) committed" in out
     assert run_json(capsys, "--store", lake.url, "groups") == []
     code, _, err = run(capsys, "--store", lake.url, "delete-group", GROUP)
     assert code == 3 and GROUP in err
