@@ -66,7 +66,8 @@ def test_txns_show_what_every_transaction_touched(lake: Lake, capsys: pytest.Cap
     assert code == 0
     open_line = next(line for line in out.splitlines() if line.startswith(lake.hung_txn))
     assert "hung" in open_line and "Ongoing" in open_line and f"{TOPIC}/0" in open_line
-    aborted_line = next(line for line in out.splitlines() if f" {lake.aborted_txn} " in line)
+    recent = out[out.index("recent decisions"):]
+    aborted_line = next(line for line in recent.splitlines() if f" {lake.aborted_txn} " in line)
     assert "CompleteAbort" in aborted_line and f"{TOPIC}/0" in aborted_line and "aborted by producer" in aborted_line
     d = run_json(capsys, "--store", lake.url, "txns", "--recent", "2")
     assert [x["txn"] for x in d["open"]] == [lake.hung_txn] and d["open"][0]["records"] == 1

@@ -5,6 +5,7 @@ maintenance reports. Runs on local disk; the S3 endpoint cases are in ``test_cli
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -265,8 +266,6 @@ def test_topics_created_from_python_get_a_creation_time(tmp_path: Path, capsys: 
 
 
 def test_maintenance_events_name_topic_and_partition(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    import json
-
     import pyarrow as pa
 
     from coordinator import Producer, create_topic, open_store
@@ -356,3 +355,21 @@ def test_execute_reports_in_the_past_tense(lake: Lake, capsys: pytest.CaptureFix
         code, out, err = run(capsys, "--store", lake.url, *argv, "--execute")
         assert code == 0, err
         assert said in out and "would" not in out and "dry run" not in out, (argv, out)
+
+
+def test_repair_says_which_damage_it_cannot_repair(lake: Lake, capsys: pytest.CaptureFixture[str]) -> None:
+    from cli_lake import TOPIC
+    from coordinator import TransactionCoordinator
+
+    segment = TransactionCoordinator(lake.open()).partition(TOPIC, 0).segments[0].path
+    (Path(lake.url) / segment).write_bytes(b"garbage")
+    code, out, _ = run(capsys, "--store", lake.url, "repair")
+    assert code == 1 and "would write 1 partition record(s)" in out
+    assert f"cannot repair 1 problem(s):\n  {segment} (truncated): segment data has no other copy" in out
+    code, out, _ = run(capsys, "--store", lake.url, "repair", "--execute", "--json")
+    d = json.loads(out)
+    assert code == 1 and len(d["records"]) == 1
+    assert [(c["path"], c["kind"]) for c in d["cannot"]] == [(segment, "truncated")]
+    # The record is written; the segment is still named as beyond repair.
+    code, out, _ = run(capsys, "--store", lake.url, "repair")
+    assert code == 1 and "nothing to repair" in out and "cannot repair 1 problem(s)" in out

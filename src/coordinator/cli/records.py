@@ -149,6 +149,27 @@ def cmd_verify(args: argparse.Namespace, settings: Settings, out: Output) -> int
     return EXIT_PROBLEMS if report else EXIT_OK
 
 
+#: Why ``repair`` leaves a problem ``verify`` finds, by its kind (``_txn/`` objects go to ``repair --log``).
+CANNOT_REPAIR = {
+    "segment": "segment data has no other copy to rebuild it from: the partition stays unreadable from here "
+               "(restore the file from a backup)",
+    "record": "no retained log entry defines this partition record any more, so it cannot be rebuilt",
+    "log": "a transaction-log object: 'txnlog repair --log' repairs it",
+    "topic": "a topic definition: no copy to rebuild it from",
+}
+
+
+def _cannot(problem: ti.Problem) -> str:
+    """Which of :data:`CANNOT_REPAIR` applies to a problem ``repair`` does not fix."""
+    if problem.path.startswith("_txn/"):
+        return "log"
+    if problem.kind in ("truncated", "checksum", "undecodable") or "/data/" in problem.path:
+        return "segment"
+    if "/meta/" in problem.path:
+        return "topic"
+    return "record"
+
+
 def cmd_repair(args: argparse.Namespace, settings: Settings, out: Output) -> int:
     if args.log:
         return _repair_log(args, settings, out)
@@ -159,20 +180,30 @@ def cmd_repair(args: argparse.Namespace, settings: Settings, out: Output) -> int
                  "'txnlog repair --log' rebuilds it from them")
     if args.execute and plan:
         parallel.pmap(lambda r: store.put(r.path, r.data), plan)
+    bar = out.progress("repair: checking what it cannot repair", unit="segments")
+    fixed = set() if args.execute else {r.path for r in plan}
+    left = [p for p in ti.verify(store, progress=bar, total=bar.set_total) if p.path not in fixed]
+    bar.close()
+    cannot = [p.to_json() | {"why": CANNOT_REPAIR[_cannot(p)]} for p in left]
+    code = EXIT_PROBLEMS if cannot else EXIT_OK
     if out.json_mode:
-        out.emit_json({"dry_run": not args.execute, "records": [r.to_json() for r in plan]})
-        return EXIT_OK
+        out.emit_json({"dry_run": not args.execute, "records": [r.to_json() for r in plan], "cannot": cannot})
+        return code
     if not plan:
         out.emit("nothing to repair: every partition record of the retained log entries is as its entry defines it")
-        return EXIT_OK
-    out.emit(render_table([r.to_json() for r in plan], ["path", "kind", "seq"], ["RECORD", "STATE", "LOG ENTRY"]))
-    if args.execute:
-        out.emit(f"\nwrote {len(plan)} partition record(s) from the log entries that define them")
     else:
-        out.emit(f"\nwould write {len(plan)} partition record(s) from the log entries that define them; run again "
-                 "with --execute")
-    return EXIT_OK
-
+        out.emit(render_table([r.to_json() for r in plan], ["path", "kind", "seq"],
+                              ["RECORD", "STATE", "LOG ENTRY"]))
+        if args.execute:
+            out.emit(f"\nwrote {len(plan)} partition record(s) from the log entries that define them")
+        else:
+            out.emit(f"\nwould write {len(plan)} partition record(s) from the log entries that define them; run "
+                     "again with --execute")
+    if cannot:
+        out.emit(f"\ncannot repair {len(cannot)} problem(s):")
+        for c in cannot:
+            out.emit(f"  {c['path']} ({c['kind']}): {c['why']}")
+    return code
 
 
 def _repair_log(args: argparse.Namespace, settings: Settings, out: Output) -> int:
