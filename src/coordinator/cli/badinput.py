@@ -6,6 +6,7 @@ the field). Only runs on the failure path: it reads the file again, bisecting on
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 from collections.abc import Callable, Sequence
@@ -41,12 +42,12 @@ def _fails(read: Callable[[], None]) -> str | None:
 
 def _first_bad(lines: Sequence[bytes], head: bytes, read: Callable[[bytes], None]) -> int | None:
     """The index of the first line ``i`` such that ``head`` + ``lines[:i + 1]`` fails to read; None if all read."""
-    if _fails(lambda: read(head + b"".join(lines))) is None:
+    if _fails(functools.partial(read, head + b"".join(lines))) is None:
         return None
     lo, hi = 0, len(lines)  # the prefix of length hi fails, that of length lo reads
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if _fails(lambda m=mid: read(head + b"".join(lines[:m]))) is None:
+        if _fails(functools.partial(read, head + b"".join(lines[:mid]))) is None:
             lo = mid
         else:
             hi = mid
@@ -73,8 +74,10 @@ def locate(data: bytes, fmt: str, schema: pa.Schema) -> str | None:
 def _json_field(line: bytes, schema: pa.Schema) -> str:
     try:
         doc = json.loads(line)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         return f": not valid JSON ({exc.msg})"
+    except ValueError:
+        return ": not valid JSON"
     if not isinstance(doc, dict):
         return ": not a JSON object"
     for name, value in doc.items():
@@ -82,7 +85,7 @@ def _json_field(line: bytes, schema: pa.Schema) -> str:
             return f", field {name!r}: not a column of the topic (columns: {', '.join(schema.names)})"
         field = schema.field(name)
         one = json.dumps({name: value}).encode()
-        err = _fails(lambda f=field, d=one: _read_json(d, pa.schema([f.with_nullable(True)])))
+        err = _fails(functools.partial(_read_json, one, pa.schema([field.with_nullable(True)])))
         if err is not None:
             return f", field {name!r}: {json.dumps(value)} is not of type {field.type}"
     missing = [f.name for f in schema if not f.nullable and f.name not in doc]
@@ -104,7 +107,7 @@ def _csv_field(header: bytes, line: bytes, schema: pa.Schema) -> str:
             continue
         field = schema.field(name)
         one = f"{_quote(name)}\n{_quote(value)}\n".encode()
-        err = _fails(lambda f=field, d=one: _read_csv(d, pa.schema([f.with_nullable(True)])))
+        err = _fails(functools.partial(_read_csv, one, pa.schema([field.with_nullable(True)])))
         if err is not None:
             return f", field {name!r}: {value!r} is not of type {field.type}"
     return ""

@@ -92,7 +92,7 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"txnlog: error: {message} (see '{self.prog} --help')\n")
 
 
-def _common(suppress: bool) -> argparse.ArgumentParser:
+def _common(suppress: bool) -> OneLineParser:
     """The options every command takes, before or after its name (defaults suppressed in the subcommand copies
     so a value given before the command name is not overwritten)."""
     d = argparse.SUPPRESS if suppress else None

@@ -90,11 +90,11 @@ def read_file(path: str, fmt: str, schema: pa.Schema) -> Iterator[pa.Table]:
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         where = None
         if fmt in ("jsonl", "csv"):
-            if isinstance(src, io.BytesIO):
-                data = src.getvalue()
-            else:
+            if isinstance(src, str):
                 with open(src, "rb") as fh:
                     data = fh.read()
+            else:
+                data = src.getvalue() if isinstance(src, io.BytesIO) else b""
             where = locate(data, fmt, schema)
         if where is not None:
             raise SchemaMismatchError(f"{path}: {where} (reading it as {fmt} with the topic's schema: {exc})") \
