@@ -53,7 +53,7 @@ def test_topics_and_describe(lake: Lake, capsys: pytest.CaptureFixture[str]) -> 
     # Numbers are right-aligned under their headers.
     assert row.index("11") + 2 == header.index("RECORDS") + len("RECORDS")
     [t] = run_json(capsys, "topics", "--store", lake.url)
-    assert t["records"] == 11 and t["created"] is None and isinstance(t["bytes"], int) and t["damaged"] is None
+    assert t["records"] == 11 and ISO_UTC.match(t["created"]) and isinstance(t["bytes"], int) and t["damaged"] is None
     code, out, _ = run(capsys, "describe", TOPIC, "--store", lake.url)
     assert code == 0 and "id: int64, name: string" in out and "STAGED" in out
     d = run_json(capsys, "describe", TOPIC, "--store", lake.url)
@@ -66,7 +66,8 @@ def test_txns_show_what_every_transaction_touched(lake: Lake, capsys: pytest.Cap
     assert code == 0
     open_line = next(line for line in out.splitlines() if line.startswith(lake.hung_txn))
     assert "hung" in open_line and "Ongoing" in open_line and f"{TOPIC}/0" in open_line
-    aborted_line = next(line for line in out.splitlines() if f" {lake.aborted_txn} " in line)
+    recent = out[out.index("recent decisions"):]
+    aborted_line = next(line for line in recent.splitlines() if f" {lake.aborted_txn} " in line)
     assert "CompleteAbort" in aborted_line and f"{TOPIC}/0" in aborted_line and "aborted by producer" in aborted_line
     d = run_json(capsys, "--store", lake.url, "txns", "--recent", "2")
     assert [x["txn"] for x in d["open"]] == [lake.hung_txn] and d["open"][0]["records"] == 1
@@ -273,10 +274,10 @@ def test_a_damaged_partition_is_marked_and_the_rest_is_shown(lake: Lake, capsys:
     (["create-topic", "t", "--schema", "a DECIMAL(40,50)"], "precision"),
     (["create-topic", "t", "--schema", "a:int64", "--partitions", "0"], "positive integer"),
     (["create-topic", "bad/name", "--schema", "a:int64"], "invalid topic name"),
-    (["create-topic", "t", "--schema", "a:int64", "--topic-config", "retention.ms=-1"], "positive integer"),
+    (["create-topic", "t", "--schema", "a:int64", "--topic-config", "retention.ms=-1"], "positive duration"),
     (["dump", TOPIC, "--from", "-1"], "non-negative"),
     (["dump", TOPIC, "--partition", "9"], "no partition 9"),
-    (["coordinator", "run", "--interval", "0"], "positive number of seconds"),
+    (["coordinator", "run", "--interval", "0"], "--interval must be a positive duration"),
     (["resolve"], "either a transaction id or --all"),
     (["resolve", "p.1.0.0", "--execute"], "--execute goes with --abort"),
     (["reset-offsets", GROUP, "--all-topics"], "exactly one of"),

@@ -136,7 +136,7 @@ def test_delete_group_dry_run_then_execute(lake: Lake, capsys: pytest.CaptureFix
     assert code == 0 and "(removed)" in out and "--execute" in out
     assert run_json(capsys, "--store", lake.url, "groups") != []
     code, out, _ = run(capsys, "--store", lake.url, "delete-group", GROUP, "--execute")
-    assert code == 0 and f"delete group {GROUP}: 1 partition(s) committed" in out
+    assert code == 0 and f"deleted the offsets of group {GROUP}: 1 partition(s) committed" in out
     assert run_json(capsys, "--store", lake.url, "groups") == []
     code, _, err = run(capsys, "--store", lake.url, "delete-group", GROUP)
     assert code == 3 and GROUP in err
@@ -279,9 +279,10 @@ def test_repair_log_is_a_dry_run_until_executed_then_readers_and_producers_go_on
     assert code == 1 and victim in out and "txnlog repair --log" in out
     code, _, err = run(capsys, "--store", lake.url, "describe", TOPIC)
     assert code == 1 and victim in err and "txnlog repair --log" in err
-    # the repair of partition records names the entry instead of failing on it
+    # the repair of partition records names the entry instead of failing on it, as damage it cannot repair
     code, out, err = run(capsys, "--store", lake.url, "repair")
-    assert code == 0 and victim in err and "--log" in err
+    assert code == 1 and victim in err and "--log" in err
+    assert f"  {victim} (corrupt): a transaction-log object: 'txnlog repair --log' repairs it" in out
     code, out, _ = run(capsys, "--store", lake.url, "repair", "--log")
     assert code == 0 and out.startswith(f"{victim} (entry, above every readable checkpoint): would rebuild")
     assert "recovered: commit p." in out and "lost: " in out and "run again with --execute" in out

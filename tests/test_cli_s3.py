@@ -33,6 +33,7 @@ def test_s3_inspection(s3_lake: S3Lake, lake: Lake, capsys: pytest.CaptureFixtur
     flags = _flags(s3_lake)
     [t] = run_json(capsys, *flags, "topics")
     assert t["records"] == 11 and t["damaged"] is None
+    assert t["created"] is not None and t["created"] >= "2024"  # created from Python: the store's time
     desc = run_json(capsys, *flags, "describe", TOPIC)
     assert desc["partitions"] == 2 and [p["staged_files"] for p in desc["partition_info"]] == [2, 0]
     txns = run_json(capsys, *flags, "txns")
@@ -121,3 +122,32 @@ def test_s3_errors_never_show_credentials(s3_lake: S3Lake, capsys: pytest.Captur
                          "create-topic", "t", "--schema", "a:int64")
     assert code == 4 and err.startswith("txnlog: error:")
     assert secret not in out + err and "AKIACLITESTKEY000000" not in out + err
+
+
+def test_s3_resolve_and_txns_tell_a_fenced_zombies_transaction(s3_lake: S3Lake,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from test_cli_operators import make_zombie
+
+    txn = make_zombie(s3_lake.url, dict(s3_lake.options))
+    flags = _flags(s3_lake)
+    code, out, err = run(capsys, *flags, "resolve", txn)
+    assert code == 0 and out.startswith(f"{txn} of producer pay: never committed (fenced at entry 2); 1 staged "
+                                        "record in payments/2; gc removes it"), err
+    assert [f["txn"] for f in run_json(capsys, *flags, "txns")["fenced"]] == [txn]
+
+
+def test_s3_missing_credentials_fail_at_once_and_a_url_without_bucket_says_so(
+        s3_lake: S3Lake, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    for var in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    t0 = time.monotonic()
+    code, out, err = run(capsys, *_flags(s3_lake, credentials=False), "topics")
+    assert code == 4 and out == "" and "no usable credentials" in err and "--s3-key" in err, err
+    assert "attempts" not in err and time.monotonic() - t0 < 2.0  # not 8 attempts with backoff
+    for url in ("s3://", "s3:///lake", "s3a://"):
+        code, _, err = run(capsys, "--store", url, "topics")
+        assert code == 2 and f"store URL {url!r} names no bucket" in err, err

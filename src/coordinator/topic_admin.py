@@ -26,6 +26,7 @@ from coordinator.layout import topic_dir, topic_meta_dir
 from coordinator.probe import probe_conditional_writes
 from coordinator.store import Store
 from coordinator.topics import DELETED_MARKER, TopicMeta, create_definition, get_topic
+from coordinator.units import parse_duration_ms, parse_size
 
 #: Topic config keys and what they mean (the retention the maintenance sweep applies).
 CONFIG_KEYS: dict[str, str] = {
@@ -89,19 +90,21 @@ def _leftovers(store: Store, name: str, partitions: int) -> TopicDeletion:
 
 
 def check_config(updates: Mapping[str, str]) -> dict[str, str]:
-    """Validate topic config values: known keys, positive integers.
+    """Validate topic config values and return them as stored (whole numbers): ``retention.ms`` a positive
+    duration (``1h``, ``7d``, ``4m05s`` or plain milliseconds), ``retention.bytes`` a positive size (``10GiB`` or
+    plain bytes); see :mod:`coordinator.units`.
 
     Raises:
-        InvalidOptionError: naming the key and the value.
+        InvalidOptionError: an unknown key or a bad value, naming the key and the value.
     """
     out = {}
     for key, value in updates.items():
         if key not in CONFIG_KEYS:
             raise InvalidOptionError(f"unknown topic config {key!r} (known: {', '.join(sorted(CONFIG_KEYS))})")
-        text = str(value).strip()
-        if not text.isdigit() or int(text) <= 0:
-            raise InvalidOptionError(f"topic config {key} must be a positive integer, got {value!r}")
-        out[key] = str(int(text))
+        if key == "retention.ms":
+            out[key] = str(parse_duration_ms(str(value), what=f"topic config {key}", default_unit="ms"))
+        else:
+            out[key] = str(parse_size(str(value), what=f"topic config {key}"))
     return out
 
 

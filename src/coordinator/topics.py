@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
+from coordinator.clock import store_now_ms
 from coordinator.errors import (
     CorruptLogError,
     InvalidOptionError,
@@ -146,10 +147,11 @@ def create_topic(
     config: Mapping[str, str] | None = None,
     *,
     exist_ok: bool = False,
-    created_ms: int = 0,
+    created_ms: int | None = None,
 ) -> TopicMeta:
     """Create topic ``name``; with ``exist_ok``, return the existing definition if its schema is the same. The
     name of a deleted topic is never reused: creating it again is refused (its offsets are still in the log).
+    ``created_ms`` is the creation time the definition records (default: now, on the store's clock).
 
     The config records the key partitioner (entry ``partitioner``, :data:`coordinator.partitioner.CURRENT` unless
     ``config`` names one), so keyed writes place keys the same way for the topic's whole life.
@@ -173,6 +175,8 @@ def create_topic(
 
     probe_conditional_writes(store)
     ensure_format(store)
+    if created_ms is None:
+        created_ms = store_now_ms(store)
     created = create_definition(store, TopicMeta(name, partitions, schema, cfg, 0, created_ms))
     if created is not None:
         return created

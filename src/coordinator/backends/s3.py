@@ -33,7 +33,14 @@ from typing import Any, TypeVar
 
 import aiohttp
 import s3fs
-from botocore.exceptions import BotoCoreError, ClientError, ConnectTimeoutError, EndpointConnectionError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    PartialCredentialsError,
+)
 from fsspec.asyn import sync
 
 from coordinator import redact
@@ -126,9 +133,9 @@ class S3Store(Store):
         backoff_max: float = 2.0,
         list_page_size: int = 1000,
     ) -> None:
+        self.bucket, self.prefix = parse_s3_url(url)  # before stripping: "s3://" names no bucket
         url = url.rstrip("/")
         super().__init__(url)
-        self.bucket, self.prefix = parse_s3_url(url)
         opts = opts or StoreOptions()
         for name, value in (
             ("max_attempts", max_attempts),
@@ -371,6 +378,7 @@ class S3Store(Store):
         """Run ``op`` against the S3 client with the retry loop; one counted request per attempt.
 
         Raises:
+            StoreError: no credentials could be found (at once: retrying cannot find them).
             ClientError: a non-retryable error reply (412, 404, 403, ...), for the caller to interpret.
             _RetriesExhausted: transient failures past the budget; ``ambiguous`` when ``write`` and some attempt
                 may have been applied.
@@ -385,6 +393,12 @@ class S3Store(Store):
             self.counters.add(kind)
             try:
                 return sync(self._fs.loop, self._invoke, op)
+            except (NoCredentialsError, PartialCredentialsError) as exc:
+                # Waiting never makes credentials appear: fail at once, saying where they come from.
+                raise StoreError(self._scrub(
+                    f"S3 {kind} of {self._where(path)}: no usable credentials ({exc}); give s3.key and s3.secret "
+                    "(txnlog: --s3-key/--s3-secret) or set up the AWS credential chain (AWS_ACCESS_KEY_ID and "
+                    "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ~/.aws/credentials, an instance or container role)")) from None
             except ClientError as exc:
                 if not _retryable_reply(exc):
                     raise

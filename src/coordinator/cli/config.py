@@ -28,6 +28,7 @@ from coordinator.segments import FORMATS
 from coordinator.store import Store, StoreOptions
 from coordinator.store_factory import open_store
 from coordinator.txnlog import DEFAULT_CHECKPOINT_INTERVAL as DEFAULT_LOG_CHECKPOINT_INTERVAL
+from coordinator.units import parse_duration_ms, parse_size
 
 ENV_STORE = "TXNLOG_STORE"
 ENV_CONFIG = "TXNLOG_CONFIG"
@@ -173,8 +174,39 @@ def _name(attr: str, origins: Mapping[str, str]) -> str:
     return FLAG_NAMES.get(attr, attr)
 
 
+#: Settings that also take a duration or size string (``"1m"``, ``"64MiB"``): attribute -> (kind, plain unit).
+UNIT_SETTINGS: dict[str, tuple[str, str]] = {
+    "transaction_timeout_ms": ("duration", "ms"), "transactional_id_expiration_ms": ("duration", "ms"),
+    "sweep_interval_s": ("duration", "s"), "retry_time_budget_s": ("duration", "s"),
+    "segment_target_bytes": ("size", "B"),
+}
+
+
+def _units(settings: Settings) -> Settings:
+    """``settings`` with duration and size strings (``"1m"``, ``"64MiB"``) turned into the numbers the settings
+    hold (ms, s or bytes); numbers are left as they are.
+
+    Raises:
+        InvalidOptionError: a string that is not a duration or size, named as the user wrote it.
+    """
+    changes: dict[str, Any] = {}
+    for attr, (kind, unit) in UNIT_SETTINGS.items():
+        v = getattr(settings, attr)
+        if not isinstance(v, str):
+            continue
+        what = _name(attr, settings.origins)
+        if kind == "size":
+            changes[attr] = parse_size(v, what=what)
+        elif unit == "s":
+            changes[attr] = parse_duration_ms(v, what=what, default_unit="s") / 1000
+        else:
+            changes[attr] = parse_duration_ms(v, what=what, default_unit="ms")
+    return replace(settings, **changes) if changes else settings
+
+
 def _check(settings: Settings) -> Settings:
     """Raises: InvalidOptionError naming the first invalid setting as the user wrote it."""
+    settings = _units(settings)
     origins = settings.origins
 
     def positive_int(attr: str) -> None:

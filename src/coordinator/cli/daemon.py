@@ -59,12 +59,23 @@ def sweep(coord: TransactionCoordinator, *, maintenance: bool = False, target_by
         from coordinator.maintenance import DEFAULT_COMPACT_TARGET_BYTES, maintain
 
         report = maintain(coord, target_bytes=target_bytes or DEFAULT_COMPACT_TARGET_BYTES)
-        if report.retained_records:
-            events.append({"event": "retained", "records": report.retained_records})
-        if report.merged_groups:
-            events.append({"event": "compacted", "merged_groups": report.merged_groups})
-        if report.deleted_files:
-            events.append({"event": "deleted", "files": len(report.deleted_files), "bytes": report.deleted_bytes})
+        native = set(report.deleted_files)
+        for where, part in report.partitions.items():
+            topic, p = where.rsplit("/", 1)
+            at = {"topic": topic, "partition": int(p)}
+            if part.retained_records:
+                events.append({"event": "retained", **at, "records": part.retained_records})
+            if part.merged_groups:
+                events.append({"event": "compacted", **at, "merged_groups": part.merged_groups,
+                               "segments_before": part.segments_before, "segments_after": part.segments_after})
+            if part.deleted_files:
+                events.append({"event": "deleted", **at, "files": len(part.deleted_files),
+                               "bytes": part.deleted_bytes})
+            native -= set(part.deleted_files)
+        if native:
+            in_parts = sum(part.deleted_bytes for part in report.partitions.values())
+            events.append({"event": "deleted", "topic": None, "partition": None, "files": len(native),
+                           "bytes": report.deleted_bytes - in_parts, "what": "native-write staging folders"})
     return events
 
 
@@ -79,12 +90,16 @@ def describe(event: dict[str, Any]) -> str:
         return f"expired transactional id {event['tid']} ({event['reason']})"
     if kind == "repaired":
         return f"wrote {event['records']} partition record(s) a crashed writer left out"
+    where = f"{event.get('topic')}/{event.get('partition')}"
     if kind == "retained":
-        return f"retention removed {event['records']} record(s) from the start of partitions"
+        return f"retention removed {event['records']} record(s) from the start of {where}"
     if kind == "compacted":
-        return f"compacted {event['merged_groups']} group(s) of small segments"
+        return (f"compacted {where}: {event['merged_groups']} group(s) of small segments merged "
+                f"({event['segments_before']} -> {event['segments_after']} segments)")
     if kind == "deleted":
-        return f"deleted {event['files']} unreferenced file(s), {fmt_bytes(event['bytes'])}"
+        if event.get("topic") is None:
+            return f"deleted {event['files']} file(s) of {event['what']}, {fmt_bytes(event['bytes'])}"
+        return f"deleted {event['files']} unreferenced file(s) of {where}, {fmt_bytes(event['bytes'])}"
     if kind == "start":
         every = "one sweep" if event["once"] else f"a sweep every {event['interval_s']:g}s"
         return f"coordinator on {event['store']}: {every}" + ("" if event["once"] else " (SIGTERM or SIGINT stops it)")
@@ -95,7 +110,7 @@ def describe(event: dict[str, Any]) -> str:
 
 
 def cmd_coordinator_run(args: argparse.Namespace, settings: Settings, out: Output) -> int:
-    interval = settings.sweep_interval_s if args.interval is None else args.interval
+    interval = settings.sweep_interval_s if args.interval is None else args.interval / 1000
     if not interval > 0:
         raise InvalidOptionError(f"--interval must be a positive number of seconds, got {interval}")
     store = settings.open(write=True)

@@ -83,7 +83,10 @@ def parse_time(text: str) -> int:
     return int(when.timestamp() * 1000)
 
 
-def _emit_changes(out: Output, group: str, changes: list[OffsetChange], *, executed: bool, what: str) -> None:
+def _emit_changes(out: Output, group: str, changes: list[OffsetChange], *, executed: bool, what: str,
+                  done: str) -> None:
+    """Print the offset changes; ``what`` is the action for the dry run's advice, ``done`` its past tense for the
+    line after ``--execute``."""
     if out.json_mode:
         out.emit_json({"group": group, "dry_run": not executed, "changes": [c.to_json() for c in changes]})
         return
@@ -92,7 +95,7 @@ def _emit_changes(out: Output, group: str, changes: list[OffsetChange], *, execu
     out.emit(render_table(rows, ["group", "topic", "partition", "current", "new"],
                           ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"], right=["new"]))
     if executed:
-        out.emit(f"\n{what} group {group}: {len(changes)} partition(s) committed")
+        out.emit(f"\n{done} group {group}: {len(changes)} partition(s) committed")
     else:
         out.emit(f"\ndry run: nothing changed. Stop the group's consumers, then run again with --execute to {what} "
                  f"group {group}")
@@ -118,7 +121,8 @@ def cmd_reset_offsets(args: argparse.Namespace, settings: Settings, out: Output)
     changes = plan_reset(coord, args.group, topics, to=mode, offset=offset, time_ms=time_ms)
     if args.execute:
         apply_changes(coord, args.group, changes)
-    _emit_changes(out, args.group, changes, executed=args.execute, what="reset the offsets of")
+    _emit_changes(out, args.group, changes, executed=args.execute, what="reset the offsets of",
+                  done="changed the offsets of")
     return EXIT_OK
 
 
@@ -128,5 +132,5 @@ def cmd_delete_group(args: argparse.Namespace, settings: Settings, out: Output) 
     changes = plan_delete(coord, args.group)
     if args.execute:
         apply_changes(coord, args.group, changes)
-    _emit_changes(out, args.group, changes, executed=args.execute, what="delete")
+    _emit_changes(out, args.group, changes, executed=args.execute, what="delete", done="deleted the offsets of")
     return EXIT_OK

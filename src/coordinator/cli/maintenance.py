@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from coordinator.cli.common import EXIT_OK, Output, fmt_bytes, render_table
+from coordinator.cli.common import EXIT_OK, Output, fmt_age, fmt_bytes, render_table
 from coordinator.cli.config import Settings
 from coordinator.errors import InvalidOptionError
 from coordinator.maintenance import (
@@ -62,7 +62,7 @@ def cmd_compact(args: argparse.Namespace, settings: Settings, out: Output) -> in
 
 def cmd_gc(args: argparse.Namespace, settings: Settings, out: Output) -> int:
     """Delete segment files nothing live names, older than the grace period (a dry run unless ``--execute``)."""
-    grace_ms = DEFAULT_GC_GRACE_MS if args.grace is None else int(args.grace * 1000)
+    grace_ms = DEFAULT_GC_GRACE_MS if args.grace is None else args.grace
     store = settings.open(write=args.execute)
     coord = settings.coordinator(store)
     parts = _partitions(args, store)
@@ -85,5 +85,5 @@ def cmd_gc(args: argparse.Namespace, settings: Settings, out: Output) -> int:
         out.emit(f"... and {len(total.deleted_files) - GC_PATHS_SHOWN} more (--json lists them all)")
     verb = "deleted" if args.execute else "would delete"
     out.emit(f"{verb} {result['files']} file(s), {fmt_bytes(result['bytes'])} (retired or written more than "
-             f"{grace_ms / 1000:g} s ago)" + ("" if args.execute else "; run again with --execute to delete them"))
+             f"{fmt_age(grace_ms)} ago)" + ("" if args.execute else "; run again with --execute to delete them"))
     return EXIT_OK

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
+from typing import NoReturn
 
 from coordinator.cli.common import Output
 from coordinator.cli.config import ENV_CONFIG, ENV_STORE, Settings
@@ -21,6 +23,8 @@ from coordinator.cli.topics import (
     cmd_topics,
 )
 from coordinator.cli.txns import cmd_expire, cmd_resolve, cmd_txns
+from coordinator.errors import InvalidOptionError
+from coordinator.units import parse_duration_ms, parse_size
 
 Command = Callable[[argparse.Namespace, Settings, Output], int]
 EPILOG = ("exit codes: 0 ok, 1 problems found / not ok, 2 usage or invalid option, 3 not found, 4 store error, "
@@ -52,30 +56,47 @@ def _integer(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
 
 
-def _seconds_arg(text: str, *, zero_ok: bool) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if v != v or v == float("inf") or v < 0 or (v == 0 and not zero_ok):
-        kind = "non-negative" if zero_ok else "positive"
-        raise argparse.ArgumentTypeError(f"expected a {kind} number of seconds, got {text!r}")
-    return v
+def _duration(flag: str, default_unit: str, *, zero_ok: bool) -> Callable[[str], int]:
+    """An argparse type reading a duration in ``coordinator.units`` syntax (a plain number is ``default_unit``);
+    the value is in milliseconds."""
+
+    def parse(text: str) -> int:
+        try:
+            return parse_duration_ms(text, what=flag, default_unit=default_unit, zero_ok=zero_ok)
+        except InvalidOptionError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
 
 
-def _seconds(text: str) -> float:
-    return _seconds_arg(text, zero_ok=False)
+def _size(flag: str) -> Callable[[str], int]:
+    """An argparse type reading a size in ``coordinator.units`` syntax (a plain number is bytes)."""
+
+    def parse(text: str) -> int:
+        try:
+            return parse_size(text, what=flag)
+        except InvalidOptionError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
 
 
-def _grace_seconds(text: str) -> float:
-    return _seconds_arg(text, zero_ok=True)
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr (``txnlog: error: ...``, exit 2), as every other
+    error of the command line, instead of argparse's usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        m = re.match(r"argument (\S+?)(?:/\S+)?: (.*)", message, re.DOTALL)
+        if m and m.group(2).startswith(m.group(1)):
+            message = m.group(2)  # the type's message already names the option
+        self.exit(2, f"txnlog: error: {message} (see '{self.prog} --help')\n")
 
 
-def _common(suppress: bool) -> argparse.ArgumentParser:
+def _common(suppress: bool) -> OneLineParser:
     """The options every command takes, before or after its name (defaults suppressed in the subcommand copies
     so a value given before the command name is not overwritten)."""
     d = argparse.SUPPRESS if suppress else None
-    p = argparse.ArgumentParser(add_help=False)
+    p = OneLineParser(add_help=False)
     g = p.add_argument_group("store and output")
     g.add_argument("--store", metavar="URL", default=d,
                    help=f"store root: a folder, file:///path, s3://bucket/prefix (default ${ENV_STORE})")
@@ -108,7 +129,7 @@ def _installed_version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="txnlog", parents=[_common(False)], epilog=EPILOG,
         description="Inspect and operate a txnlog store: topics, transactions, consumer groups, integrity, sweeps.",
     )
@@ -132,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
                         '"id BIGINT NOT NULL, amount DECIMAL(10,2)"')
     p.add_argument("--partitions", type=_positive, default=1, help="number of partitions (default 1)")
     p.add_argument("--topic-config", dest="config_items", action="append", metavar="KEY=VALUE",
-                   help="topic config, e.g. retention.ms=604800000 (repeatable)")
+                   help="topic config, e.g. retention.ms=7d (repeatable)")
     p.add_argument("--if-not-exists", action="store_true", help="succeed if the topic exists with this schema")
     p = add("delete-topic", cmd_delete_topic, "delete a topic and its data; its name is not reused")
     p.add_argument("topic")
@@ -143,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("set-config", cmd_set_config, "set or remove topic config (retention.ms, retention.bytes)")
     p.add_argument("topic")
     p.add_argument("--set", dest="assignments", action="append", metavar="KEY=VALUE",
-                   help="set a config key, e.g. retention.ms=604800000 (repeatable)")
+                   help="set a config key, e.g. retention.ms=7d, retention.bytes=10GiB (repeatable)")
     p.add_argument("--unset", action="append", metavar="KEY", help="remove a config key (repeatable)")
     # transactions
     p = add("txns", cmd_txns, "transactional ids, open transactions and recent decisions")
@@ -202,12 +223,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("compact", cmd_compact, "merge small segments into segments of the target size (offsets unchanged)")
     p.add_argument("topic", nargs="?", help="only this topic (default: all)")
     p.add_argument("--partition", type=_non_negative, help="only this partition")
-    p.add_argument("--target-bytes", type=_positive, help="target segment size (default from config: 64 MiB)")
+    p.add_argument("--target-bytes", type=_size("--target-bytes"), metavar="SIZE",
+                   help="target segment size, e.g. 64MiB (default [segments] target_bytes: 64 MiB)")
     p = add("gc", cmd_gc, "delete segment files nothing live names, older than the grace period")
     p.add_argument("topic", nargs="?", help="only this topic (default: all)")
     p.add_argument("--partition", type=_non_negative, help="only this partition")
-    p.add_argument("--grace", type=_grace_seconds, metavar="S",
-                   help="only files retired or written more than S seconds ago (default 86400)")
+    p.add_argument("--grace", type=_duration("--grace", "s", zero_ok=True), metavar="DURATION",
+                   help="only files retired or written more than this long ago, e.g. 1d, 12h, 30m or seconds "
+                        "(default 1d)")
     _execute(p, "delete them")
     p = sub.add_parser("coordinator", help="the coordinator daemon", description="the coordinator daemon")
     csub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -215,9 +238,10 @@ def build_parser() -> argparse.ArgumentParser:
                         description="abort timed-out transactions, expire idle transactional ids, write partition "
                                     "records crashed writers left out; logs one line per action; SIGTERM/SIGINT "
                                     "stop it cleanly")
-    r.add_argument("--interval", type=_seconds, metavar="S", help="seconds between sweeps (default from config)")
+    r.add_argument("--interval", type=_duration("--interval", "s", zero_ok=False), metavar="DURATION",
+                   help="time between sweeps, e.g. 5s, 1m or seconds (default [daemon] sweep_interval_s: 10s)")
     r.add_argument("--once", action="store_true", help="run one sweep and exit")
     r.add_argument("--maintenance", action="store_true",
-                   help="also run retention, compaction and GC (default grace 24 h) in every sweep")
+                   help="also run retention, compaction and GC (default grace 1d) in every sweep")
     r.set_defaults(func=cmd_coordinator_run)
     return parser

@@ -24,6 +24,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import pyarrow as pa
 
+from coordinator.cli.badinput import locate
 from coordinator.cli.common import EXIT_OK, Output
 from coordinator.cli.config import Settings
 from coordinator.coordinator import ProducerIdentity, TransactionCoordinator
@@ -64,27 +65,40 @@ def read_file(path: str, fmt: str, schema: pa.Schema) -> Iterator[pa.Table]:
     """Tables of ``path`` read as ``fmt`` with the topic's ``schema``.
 
     Raises:
-        SchemaMismatchError: the file does not parse as ``fmt`` or does not fit the schema (naming the file).
+        SchemaMismatchError: the file does not parse as ``fmt`` or does not fit the schema (naming the file and,
+            for JSON Lines and CSV, the 1-based line and the field).
         InvalidOptionError: the file cannot be read.
     """
     import pyarrow.csv as pacsv
     import pyarrow.json as pajson
     import pyarrow.parquet as pq
 
+    src = _source(path)
     try:
         if fmt == "parquet":
-            pf = pq.ParquetFile(_source(path))
+            pf = pq.ParquetFile(src)
             for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS):
                 yield pa.Table.from_batches([batch])
         elif fmt == "csv":
-            reader = pacsv.open_csv(_source(path), convert_options=pacsv.ConvertOptions(
+            reader = pacsv.open_csv(src, convert_options=pacsv.ConvertOptions(
                 column_types={f.name: f.type for f in schema}, strings_can_be_null=True))
             for batch in reader:
                 yield pa.Table.from_batches([batch])
         else:
-            yield pajson.read_json(_source(path), parse_options=pajson.ParseOptions(
+            yield pajson.read_json(src, parse_options=pajson.ParseOptions(
                 explicit_schema=schema, unexpected_field_behavior="error"))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        where = None
+        if fmt in ("jsonl", "csv"):
+            if isinstance(src, str):
+                with open(src, "rb") as fh:
+                    data = fh.read()
+            else:
+                data = src.getvalue() if isinstance(src, io.BytesIO) else b""
+            where = locate(data, fmt, schema)
+        if where is not None:
+            raise SchemaMismatchError(f"{path}: {where} (reading it as {fmt} with the topic's schema: {exc})") \
+                from None
         raise SchemaMismatchError(f"{path}: cannot be read as {fmt} with the topic's schema: {exc}") from None
     except OSError as exc:
         raise InvalidOptionError(f"input {path!r} cannot be read: {exc}") from None
@@ -179,8 +193,8 @@ def produce(store: Store, coord: TransactionCoordinator, meta: TopicMeta, source
                     progress(table.num_rows)
         stager.flush()
         result = coord.commit(ident, txn, stager.staged, end_producer=ephemeral)
-    except BaseException:
-        _abort(coord, ident, txn, stager, ephemeral)
+    except BaseException as exc:
+        _abort(coord, ident, txn, stager, ephemeral, _reason(exc))
         raise
     if stager.opened:
         coord.close_transaction(txn)
@@ -190,10 +204,25 @@ def produce(store: Store, coord: TransactionCoordinator, meta: TopicMeta, source
                            for (_t, p), (b, e) in sorted(result.offsets.items())]}
 
 
-def _abort(coord: TransactionCoordinator, ident: ProducerIdentity, txn: str, stager: _Stager, ephemeral: bool) -> None:
-    """Best effort: decide the transaction as aborted, then delete what it staged (GC removes any leftover)."""
+#: Longest reason a failed ``produce`` records in its abort (the log entry stays small).
+REASON_CHARS = 300
+
+
+def _reason(exc: BaseException) -> str:
+    """The reason a failed ``produce`` records in the log: the input error itself (it names the file, line and
+    field); for any other failure only its kind, since a store error's text has no place in the store."""
+    if isinstance(exc, (SchemaMismatchError, InvalidOptionError)):
+        text = str(exc)
+        return "txnlog produce failed: " + (text if len(text) <= REASON_CHARS else text[:REASON_CHARS] + "...")
+    return f"txnlog produce failed: {type(exc).__name__}"
+
+
+def _abort(coord: TransactionCoordinator, ident: ProducerIdentity, txn: str, stager: _Stager, ephemeral: bool,
+           reason: str) -> None:
+    """Best effort: decide the transaction as aborted with ``reason``, then delete what it staged (GC removes any
+    leftover)."""
     try:
-        coord.abort(ident, txn, reason="txnlog produce failed", end_producer=ephemeral)
+        coord.abort(ident, txn, reason=reason, end_producer=ephemeral)
     except TxnLogError:
         return  # committed, fenced or unknown: never delete what a decision may name
     for ref in stager.staged:

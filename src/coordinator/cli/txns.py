@@ -46,7 +46,7 @@ def cmd_txns(args: argparse.Namespace, settings: Settings, out: Output) -> int:
     for p in d["producers"]:
         p["flags"] = ",".join(f for f, on in (("ephemeral", p["ephemeral"]), ("reserved", p["reserved"])) if on)
         p["idle"], p["timeout"] = fmt_age(p["idle_ms"]), fmt_age(p["timeout_ms"])
-        p["last"] = "-" if p["last_txn"] is None else f"{p['last_txn']} {p['last_state']}"
+        p["last"] = "-" if p["last_txn_id"] is None else f"{p['last_txn_id']} {p['last_state']}"
     out.emit(f"transactional ids ({len(d['producers'])}), transaction log at entry {d['log_seq']}")
     out.emit(render_table(d["producers"], ["tid", "pid", "epoch", "state", "open_txn", "last", "idle", "timeout",
                                            "flags"],
@@ -62,6 +62,15 @@ def cmd_txns(args: argparse.Namespace, settings: Settings, out: Output) -> int:
                                       "flags"],
                           ["TXN", "TRANSACTIONAL ID", "STATE", "STARTED", "AGE", "TIMEOUT", "PARTITIONS", "RECORDS",
                            "SIZE", "FLAGS"], right=["age", "timeout", "size"]))
+    if d["fenced"]:
+        for r in d["fenced"]:
+            r["where"], r["size"] = _where(r), fmt_bytes(r["bytes"])
+            r["entry"] = "-" if r["fenced_seq"] is None else r["fenced_seq"]
+        out.emit(f"\nfenced producers' transactions ({len(d['fenced'])}): never committed; gc removes what they "
+                 "staged")
+        out.emit(render_table(d["fenced"], ["txn", "tid", "state", "entry", "where", "records", "size"],
+                              ["TXN", "TRANSACTIONAL ID", "STATE", "FENCED AT ENTRY", "PARTITIONS", "RECORDS",
+                               "SIZE"], right=["entry", "size"]))
     if d["waiting"]:
         out.emit(f"\nrequests waiting for group commit ({len(d['waiting'])})")
         out.emit(render_table([w | {"age": fmt_age(w["age_ms"])} for w in d["waiting"]], ["request", "age"],
@@ -81,8 +90,19 @@ def cmd_txns(args: argparse.Namespace, settings: Settings, out: Output) -> int:
 # -- resolve ------------------------------------------------------------------------------------------------------
 
 
+def _staged(records: int | None, partitions: list[str]) -> str:
+    n = "files" if records is None else f"{records} staged record{'' if records == 1 else 's'}"
+    return f"{n} in {' '.join(partitions)}"
+
+
 def _story(found: dict[str, Any]) -> str:
     """What the durable record says of a decided transaction, in plain words."""
+    if found.get("never_committed"):
+        fence = f"fenced at entry {found['fenced_seq']}" if found["fenced_seq"] is not None else \
+            "fenced before the retained log"
+        left = f"{_staged(found['records'], found['partitions'])}; gc removes it" if found["partitions"] else \
+            "nothing it staged is left"
+        return f"never committed ({fence}); {left}"
     verb = "committed" if found["state"] == ti.COMMITTED else "aborted"
     when = f" at {fmt_time(found['time'])} (log entry {found['seq']})" if found["time"] is not None else \
         " (before the retained log)"

@@ -231,7 +231,7 @@ def iter_dump(
     """Committed records of ``topic`` (one partition, or all in partition order) at offsets ``[start, end)``
     (clamped to each partition's range), at most ``limit`` rows, with ``_partition``, ``_offset`` and
     ``_timestamp`` columns, one segment slice at a time (memory stays bounded by one segment). ``total`` is told
-    how many slices will be read, ``progress`` is called once per slice.
+    how many records will be read, ``progress`` is called with the records of each batch read.
 
     Raises:
         TopicNotFoundError: no such topic. InvalidOptionError: bad partition, offsets or limit.
@@ -258,16 +258,17 @@ def iter_dump(
             hi = min(hi, lo + left)
         if hi <= lo:
             continue
-        plan.append((plog, plog.slices(lo, hi)))
+        plan.append((plog, plog.slices(lo, hi), hi - lo))
         if left is not None:
             left -= hi - lo
     if total is not None:
-        total(sum(len(s) for _, s in plan))
-    for plog, slices in plan:
+        total(sum(n for _, _, n in plan))
+    for plog, slices, _n in plan:
         for sl in slices:
-            yield from read_slices(store, topic, plog.partition, [sl], schema, columns=columns)
-            if progress is not None:
-                progress(1)
+            for batch in read_slices(store, topic, plog.partition, [sl], schema, columns=columns):
+                yield batch
+                if progress is not None:
+                    progress(batch.num_rows)
 
 
 def dump(store: Store, topic: str, **kw: Any) -> pa.Table:

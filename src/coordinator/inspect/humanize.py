@@ -1,42 +1,18 @@
 """Values for people: durations, sizes and instants as every txnlog view shows them (the command line and the
-notebook views share these, so both say ``35.2 KiB`` and ``2026-11-21T10:00:01.123Z``)."""
+notebook views share these, so both say ``35.2 KiB`` and ``2026-11-21T10:00:01.123Z``; the command line reads
+durations and sizes back in the same forms, see :mod:`coordinator.units`)."""
 
 from __future__ import annotations
 
 import datetime as dt
 
+from coordinator.units import fmt_duration, fmt_size
 
-def fmt_age(ms: int | float | None) -> str:
-    """A duration in ms as a short human string (``850ms``, ``12.5s``, ``4m05s``, ``3h12m``, ``2d04h``)."""
-    if ms is None:
-        return "-"
-    if ms < 0:
-        return "-" + fmt_age(-ms)
-    if ms < 1000:
-        return f"{int(ms)}ms"
-    s = ms / 1000
-    if s < 60:
-        return f"{s:.1f}s"
-    m, s = divmod(int(s), 60)
-    if m < 60:
-        return f"{m}m{s:02d}s"
-    h, m = divmod(m, 60)
-    if h < 24:
-        return f"{h}h{m:02d}m"
-    d, h = divmod(h, 24)
-    return f"{d}d{h:02d}h"
-
-
-def fmt_bytes(n: int | None) -> str:
-    """A byte count in binary units (``512 B``, ``1.5 KiB``, ``64.0 MiB``): the one unit style of every command."""
-    if n is None:
-        return "-"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"  # pragma: no cover
+fmt_age = fmt_duration
+"""A duration in ms as a short human string (``850ms``, ``12.5s``, ``4m05s``, ``3h12m``, ``2d04h``): see
+:func:`coordinator.units.fmt_duration`, which reads it back."""
+fmt_bytes = fmt_size
+"""A byte count in binary units (``512 B``, ``1.5 KiB``, ``64.0 MiB``): see :func:`coordinator.units.fmt_size`."""
 
 
 def iso(value: dt.datetime | dt.date | dt.time) -> str:

@@ -20,6 +20,7 @@ from coordinator import parallel
 from coordinator.coordinator import GROUP_TID_PREFIX, TransactionCoordinator
 from coordinator.decisions import decided_by_name, undecided_producer
 from coordinator.errors import CorruptLogError, TopicNotFoundError
+from coordinator.inspect import fenced
 from coordinator.inspect.common import ABORTED, COMMITTED, ONGOING, UNKNOWN, coord_for, utc
 from coordinator.layout import (
     TXN_CHECKPOINT,
@@ -45,6 +46,7 @@ from coordinator.records import (
     check_format,
     decode_json,
     parse_txn_id,
+    producer_txn_id,
 )
 from coordinator.state import CoordinatorState
 from coordinator.store import Store
@@ -118,8 +120,9 @@ def decision_rows(entry: LogEntry, now_ms: int) -> list[dict[str, Any]]:
 
 def staged_by_txn(store: Store, txns: Iterable[str], *, records: bool = True) -> dict[str, dict[str, Any]]:
     """What each of ``txns`` has staged and not had deleted yet: ``partitions`` (``topic/p``), ``files``,
-    ``bytes``, ``records`` (read from the files' footers when ``records``; None if a file cannot be read) and
-    ``paths``. Costs one LIST per partition of every topic, plus one GET per matching file with ``records``."""
+    ``bytes``, ``records`` (read from the files' footers when ``records``; None if a file cannot be read),
+    ``paths`` and ``oldest_ms`` (the oldest file's time on the store's clock). Costs one LIST per partition of
+    every topic, plus one GET per matching file with ``records``."""
     wanted = set(txns)
     if not wanted:
         return {}
@@ -136,12 +139,15 @@ def staged_by_txn(store: Store, txns: Iterable[str], *, records: bool = True) ->
             txn = txn_of_file(info.path.rsplit("/", 1)[-1])
             if txn not in wanted:
                 continue
-            row = out.setdefault(txn, {"partitions": [], "files": 0, "bytes": 0, "records": 0, "paths": []})
+            row = out.setdefault(txn, {"partitions": [], "files": 0, "bytes": 0, "records": 0, "paths": [],
+                                       "oldest_ms": None})
             if f"{topic}/{p}" not in row["partitions"]:
                 row["partitions"].append(f"{topic}/{p}")
             row["files"] += 1
             row["bytes"] += info.size
             row["paths"].append(info.path)
+            mtime = int(info.mtime * 1000)
+            row["oldest_ms"] = mtime if row["oldest_ms"] is None else min(row["oldest_ms"], mtime)
     if records:
         paths = [p for row in out.values() for p in row["paths"]]
         counts = dict(zip(paths, parallel.pmap(lambda p: _rows_in(store, p), paths), strict=True))
@@ -176,14 +182,16 @@ def transactions(
     """The coordinator's view of transactions, as ``kafka-transactions.sh list`` / ``describe`` show Kafka's.
 
     Returns a dict with ``log_seq`` (last transaction-log entry), ``producers`` (every transactional id: ``tid``,
-    ``pid``, ``epoch``, ``state`` (``Ongoing`` while it has an open transaction), ``open_txn``, ``last_txn`` and
-    ``last_state`` (its last decided transaction number and state), ``idle_ms`` since its last decision,
-    ``timeout_ms``, ``reserved`` (the producers of group-offset commits), ``ephemeral``), ``open`` (producer
-    transactions that staged data and are not decided: ``txn``, ``tid``, ``state``, ``started`` and ``age_ms`` on
-    the store's clock, ``timeout_ms``, ``timed_out``, and what they staged: ``partitions``, ``segments``,
-    ``records``, ``bytes``), ``waiting`` (requests published for group commit and not decided yet) and ``recent``
-    (the last ``recent`` decisions among the last ``scan`` log entries, newest first; see
-    :func:`decision_rows`; aborted ones filled from their staged files when ``staged``).
+    ``pid``, ``epoch``, ``state`` (``Ongoing`` while it has an open transaction), ``open_txn``, ``last_txn``,
+    ``last_txn_id`` and ``last_state`` (its last decided transaction's number, full id and state), ``idle_ms`` since
+    its last decision, ``timeout_ms``, ``reserved`` (the producers of group-offset commits), ``ephemeral``),
+    ``open`` (producer transactions that staged data and are not decided: ``txn``, ``tid``, ``state``, ``started``
+    and ``age_ms`` on the store's clock, ``timeout_ms``, ``timed_out``, and what they staged: ``partitions``,
+    ``segments``, ``records``, ``bytes``), ``waiting`` (requests published for group commit and not decided yet),
+    ``recent`` (the last ``recent`` decisions among the last ``scan`` log entries, newest first; see
+    :func:`decision_rows`; aborted ones filled from their staged files when ``staged``) and ``fenced`` (transactions
+    of fenced producers that staged files and never committed, which GC removes; only when ``staged``: see
+    :func:`coordinator.inspect.fenced.fenced_rows`).
 
     Raises:
         CorruptLogError: the log cannot be read.
@@ -193,6 +201,7 @@ def transactions(
     t = int(store.now() * 1000) if now is None else now
     state = coord.log.refresh()
     opened: list[dict[str, Any]] = []
+    superseded = []  # open records of producers fenced since: maybe a zombie's staged transaction
     for info in infos:
         txn = info.path.rsplit("/", 1)[-1].removesuffix(".json")
         ref = parse_txn_id(txn)
@@ -200,6 +209,9 @@ def transactions(
             continue
         pm = undecided_producer(ref, state)
         if pm is None:
+            m = state.producer_by_pid(ref.pid)
+            if m is None or m.epoch > ref.epoch:
+                superseded.append((txn, ref))
             continue  # decided: a leftover open record
         age = t - int(info.mtime * 1000)
         opened.append({"txn": txn, "tid": pm.tid, "pid": ref.pid, "epoch": ref.epoch, "state": ONGOING,
@@ -213,6 +225,7 @@ def transactions(
             "tid": m.tid, "pid": m.pid, "epoch": m.epoch,
             "state": ONGOING if m.tid in open_by_tid else m.state.value, "open_txn": open_by_tid.get(m.tid),
             "last_txn": None if m.last_txn < 0 else m.last_txn,
+            "last_txn_id": None if m.last_txn < 0 else producer_txn_id(m.pid, m.epoch, m.last_txn),
             "last_state": None if m.last_outcome is None else _OUTCOME_STATE.get(m.last_outcome, UNKNOWN),
             "idle_ms": t - m.last_ts, "timeout_ms": m.timeout_ms,
             "reserved": m.tid.startswith(GROUP_TID_PREFIX), "ephemeral": m.ephemeral,
@@ -223,9 +236,13 @@ def transactions(
         if not decided_by_name(rid, state):
             waiting.append({"request": rid, "started": utc(info.mtime * 1000), "age_ms": t - int(info.mtime * 1000)})
     recent_rows = recent_transactions(store, limit=recent, scan=scan, last_seq=state.seq, now=t)
+    fenced_txns: list[dict[str, Any]] = []
     if staged:
         found = staged_by_txn(store, [r["txn"] for r in opened] + [r["txn"] for r in recent_rows
-                                                                     if r["partitions"] is None])
+                                                                     if r["partitions"] is None]
+                              + [txn for txn, _ref in superseded])
+        if any(txn in found for txn, _ref in superseded):
+            fenced_txns = fenced.fenced_rows(coord, state, superseded, found, log_tail(store, scan, state.seq), t)
         for r in opened:
             s = found.get(r["txn"])
             if s is not None:
@@ -234,7 +251,8 @@ def transactions(
             s = found.get(r["txn"])
             if r["partitions"] is None and s is not None:
                 r.update(partitions=s["partitions"], records=s["records"], segments=s["files"])
-    return {"log_seq": state.seq, "producers": producers, "open": opened, "waiting": waiting, "recent": recent_rows}
+    return {"log_seq": state.seq, "producers": producers, "open": opened, "waiting": waiting, "recent": recent_rows,
+            "fenced": fenced_txns}
 
 
 def recent_transactions(store: Store, *, limit: int = 20, scan: int = 1000, last_seq: int | None = None,
@@ -257,7 +275,10 @@ def find_transaction(store: Store, txn: str, *, scan: int = 1000,
     """Where transaction ``txn`` stands, from the durable record: ``txn``, ``tid``, ``pid``, ``epoch``, ``app``,
     ``version``, ``state`` (``Ongoing``: staged data, not decided; ``CompleteCommit``; ``CompleteAbort``;
     ``Unknown``: no trace of it, or decided before the retained log), ``time`` and ``seq`` of the decision when
-    the retained log holds it, ``partitions``, ``records``, ``reason``. None if ``txn`` is not a transaction id."""
+    the retained log holds it, ``partitions``, ``records``, ``reason``; for a fenced producer's transaction
+    (see :mod:`coordinator.inspect.fenced`) ``never_committed`` is true, ``fenced_seq``/``fenced_time`` name the
+    log entry that fenced it (None when the retained log no longer holds it) and ``staged_files`` counts what GC
+    will remove. None if ``txn`` is not a transaction id."""
     coord = coord_for(store, coordinator)
     ref = parse_txn_id(txn)
     if ref is None:
@@ -265,18 +286,23 @@ def find_transaction(store: Store, txn: str, *, scan: int = 1000,
     status = coord.txn_status(txn)
     state = coord.log.state
     tid = None
+    superseded = False  # the producer is no longer current at the transaction's epoch
     if ref.kind == "p":
         m = state.producer_by_pid(ref.pid)
         tid = None if m is None else m.tid
+        superseded = m is None or m.epoch != ref.epoch
     out: dict[str, Any] = {
         "txn": txn, "tid": tid, "pid": ref.pid if ref.kind == "p" else None,
         "epoch": ref.epoch if ref.kind == "p" else None, "app": ref.app or None,
         "version": ref.version if ref.kind == "a" else None, "state": UNKNOWN, "time": None, "seq": None,
-        "partitions": None, "records": None, "reason": None,
+        "partitions": None, "records": None, "reason": None, "never_committed": False, "fenced_seq": None,
+        "fenced_time": None, "staged_files": 0,
     }
+    now = int(store.now() * 1000)
+    entries = log_tail(store, scan, state.seq)
     row = None
-    for e in reversed(log_tail(store, scan, state.seq)):
-        row = next((r for r in decision_rows(e, int(store.now() * 1000)) if r["txn"] == txn), None)
+    for e in reversed(entries):
+        row = next((r for r in decision_rows(e, now) if r["txn"] == txn), None)
         if row is not None:
             break
     if row is not None:
@@ -287,9 +313,16 @@ def find_transaction(store: Store, txn: str, *, scan: int = 1000,
     if out["state"] != COMMITTED:
         s = staged_by_txn(store, [txn]).get(txn)
         if s is not None:
-            out.update(partitions=s["partitions"], records=s["records"])
+            out.update(partitions=s["partitions"], records=s["records"], staged_files=s["files"])
         if status == "undecided" and (s is not None or store.exists(open_path(txn))):
             out["state"] = ONGOING
+        elif superseded and row is None and status in ("aborted", "unknown"):
+            out["tid"] = out["tid"] or fenced.producer_tid(entries, ref.pid)
+            fence = fenced.fence_entry(entries, ref, out["tid"])
+            if status == "aborted" or fenced.epoch_retained(entries, ref) or \
+                    (s is not None and fenced.unreachable(coord, s, now)):
+                out.update(state=ABORTED, never_committed=True, fenced_seq=None if fence is None else fence.seq,
+                           fenced_time=None if fence is None else utc(fence.ts))
     return out
 
 

@@ -21,7 +21,8 @@ Progress = Callable[[str], None]
 
 @dataclass
 class MaintenanceReport:
-    """What a maintenance pass did, per kind."""
+    """What a maintenance pass did, per kind; ``partitions`` holds what it did to each partition (``topic/p`` ->
+    that partition's report), filled by :func:`coordinator.maintenance.maintain`."""
 
     merged_groups: int = 0
     segments_before: int = 0
@@ -30,6 +31,7 @@ class MaintenanceReport:
     deleted_files: list[str] = field(default_factory=list)
     deleted_bytes: int = 0
     reaped: list[str] = field(default_factory=list)
+    partitions: dict[str, MaintenanceReport] = field(default_factory=dict)
 
     def add(self, other: MaintenanceReport) -> None:
         self.merged_groups += other.merged_groups
@@ -39,4 +41,6 @@ class MaintenanceReport:
         self.deleted_files += other.deleted_files
         self.deleted_bytes += other.deleted_bytes
         self.reaped += other.reaped
+        for where, part in other.partitions.items():
+            self.partitions.setdefault(where, MaintenanceReport()).add(part)
 

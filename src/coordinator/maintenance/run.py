@@ -31,7 +31,7 @@ def maintain(
     """One maintenance pass over ``topics`` (all by default): retention from each topic's ``retention.ms`` /
     ``retention.bytes`` config, then compaction, then GC and a partition checkpoint of each partition; then a
     checkpoint and truncation of the transaction log, so opening either costs a few requests; and a sweep of the
-    staging folders native writes left behind.
+    staging folders native writes left behind. The report's ``partitions`` says what was done to each partition.
 
     Raises:
         UnsupportedStoreError: the store does not honour conditional writes (nothing is written or deleted).
@@ -45,14 +45,17 @@ def maintain(
         for p in range(meta.partitions):
             if progress is not None:
                 progress(f"{name}/{p}")
+            part = MaintenanceReport()
             if r_ms is not None or r_bytes is not None:
-                report.add(apply_retention(coord, name, p, now=now,
-                                           retention_ms=None if r_ms is None else int(r_ms),
-                                           retention_bytes=None if r_bytes is None else int(r_bytes)))
+                part.add(apply_retention(coord, name, p, now=now,
+                                         retention_ms=None if r_ms is None else int(r_ms),
+                                         retention_bytes=None if r_bytes is None else int(r_bytes)))
             if compact:
-                report.add(compact_partition(coord, name, p, target_bytes=target_bytes, now=now))
+                part.add(compact_partition(coord, name, p, target_bytes=target_bytes, now=now))
             if gc:
-                report.add(gc_partition(coord, name, p, grace_ms=grace_ms))
+                part.add(gc_partition(coord, name, p, grace_ms=grace_ms))
+            report.add(part)
+            report.partitions[f"{name}/{p}"] = part
             plog = coord.partition(name, p)
             plog.refresh()
             plog.write_checkpoint()
