@@ -84,9 +84,8 @@ class _Writer:
         """True (the native path writes), an error text (``writePath`` = ``native`` that cannot be honoured, or a
         local store this process may not write), or None (the data source writes), for the write options given as
         one JSON object."""
-        from txnsink.options import parse_options
-
         from coordinator.errors import StoreError
+        from txnsink.options import parse_options
         from txnsink.publish import check_writable
 
         text = _options(options_json)
