@@ -2,13 +2,20 @@
 ``DefaultSource``, so ``spark.read.format("txnlog")`` works right after ``pip install`` with no register call.
 ``spark.dataSource.register(DefaultSource)`` works too.
 
+:func:`configure_spark_with_txnlog` puts txnlog's jar (shipped inside this package) and its session extension
+(``io.txnlog.spark.TxnlogSparkSessionExtension``) on a session builder, as Delta's ``configure_spark_with_delta_pip``
+does: every session of that application then reads ``format("txnlog")`` with Spark's own Parquet reader and
+writes it with Spark's own Parquet writer wherever the native paths apply, with no further call (on a Spark Connect
+server too: configure the server). The extension's rules ask a Python process the driver's JVM starts once
+(:func:`serve`) to plan each read and write.
+
 This module only glues the reader package (:mod:`txnsource`) and the writer package (:mod:`txnsink`) together;
 neither imports the other.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from pyspark.sql.datasource import DataSource
 
@@ -21,7 +28,12 @@ if TYPE_CHECKING:
     )
     from pyspark.sql.types import StructType
 
-__all__ = ["DefaultSource", "TxnLogDataSource"]
+B = TypeVar("B")
+
+__all__ = ["EXTENSION", "DefaultSource", "TxnLogDataSource", "configure_spark_with_txnlog"]
+
+#: txnlog's Spark session extension (for ``spark.sql.extensions``).
+EXTENSION = "io.txnlog.spark.TxnlogSparkSessionExtension"
 
 
 class DefaultSource(DataSource):
@@ -58,3 +70,65 @@ class DefaultSource(DataSource):
 
 
 TxnLogDataSource = DefaultSource
+
+
+def _add(listed: str | None, item: str) -> str:
+    items = [x.strip() for x in (listed or "").split(",") if x.strip()]
+    return ",".join(items if item in items else [*items, item])
+
+
+def configure_spark_with_txnlog(builder: B) -> B:
+    """``builder`` (a ``SparkSession.Builder``, classic or ``remote``) with txnlog's jar added to ``spark.jars`` and
+    its session extension to ``spark.sql.extensions`` (values already set there are kept), returned for chaining::
+
+        spark = configure_spark_with_txnlog(SparkSession.builder.appName("app")).getOrCreate()
+
+    For ``remote("local[...]")`` the settings go to the Connect server PySpark starts; a separately started Connect
+    server or cluster driver takes the same two settings (``--jars``, ``--conf spark.sql.extensions=...``).
+
+    Raises:
+        InvalidOptionError: the jar is missing from the installed package.
+    """
+    from coordinator.errors import InvalidOptionError
+    from coordinator.jvm import JAR
+
+    if not JAR.is_file():
+        raise InvalidOptionError(f"txnlog's Spark jar is missing ({JAR}); reinstall txnlog")
+    options = getattr(builder, "_options", {})
+    configured = builder.config("spark.jars", _add(options.get("spark.jars"), str(JAR)))  # type: ignore[attr-defined]
+    return configured.config("spark.sql.extensions",  # type: ignore[no-any-return]
+                             _add(options.get("spark.sql.extensions"), EXTENSION))
+
+
+def serve() -> None:
+    """The Python planner of txnlog's session extension (``io.txnlog.spark.PythonSide``): run by the driver's JVM
+    in a process of its own, never by users. Connects to the JVM's py4j server (``PYSPARK_GATEWAY_PORT``,
+    ``PYSPARK_GATEWAY_SECRET``), wraps the session the JVM hands over, registers the read and write planners of
+    ``enable_native`` (:mod:`txnsource.nativerule`, :mod:`txnsink.writerule`), and serves them until its standard
+    input (a pipe from the JVM) closes. It never stops the JVM's Spark context.
+    """
+    import sys
+
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import ensure_callback_server_started, launch_gateway
+    from pyspark.sql import SparkSession
+
+    from txnsink.writerule import _Writer
+    from txnsource.nativerule import _Planner
+
+    class _Borrowed(SparkContext):
+        def stop(self) -> None:  # the context is the JVM's application's
+            pass
+
+    gateway = launch_gateway()
+    side = gateway.entry_point
+    jss = side.session()
+    jsc = gateway.jvm.org.apache.spark.api.java.JavaSparkContext(jss.sparkContext())
+    sessions = gateway.jvm.org.apache.spark.sql.classic.SparkSession
+    default = sessions.getDefaultSession()
+    spark = SparkSession(_Borrowed(gateway=gateway, jsc=jsc, conf=SparkConf(_jconf=jsc.getConf())), jsparkSession=jss)
+    if default.isDefined():  # constructing a PySpark session made it the JVM's default: put the application's back
+        sessions.setDefaultSession(default.get())
+    ensure_callback_server_started(gateway)
+    side.register(_Planner(spark), _Writer(spark))
+    sys.stdin.read()

@@ -63,6 +63,7 @@ from txnsink.publish import (
     StagingLease,
     abort_native,
     check_complete,
+    check_writable,
     move_files,
     moved,
     output_folder,
@@ -87,6 +88,11 @@ log = logging.getLogger(__name__)
 #: partitioner UDF plus ``partitionBy``).
 KEYED_REASON = ("the key's types or the topic's partitioner have no JVM partitioner, and keyed writes are then "
                 "faster through the data source")
+
+#: Why ``writePath`` = ``auto`` writes a keyed append of a Spark Connect DataFrame through the data source.
+CONNECT_KEYED_REASON = ("a Spark Connect client cannot reach the driver's JVM, where the jar's partitioner places "
+                        "keyed rows; keyed writes are then faster through the data source (on a server with txnlog's "
+                        "session extension, df.write.format('txnlog') writes them natively)")
 
 
 class NativeUnavailable(Exception):  # noqa: N818 - a reason, not an error the caller sees
@@ -389,6 +395,7 @@ def _native(df: DataFrame, path: str, options: Mapping[str, str], mode: str) -> 
     from txnsink.plan import plan_write
 
     spark_url(path)  # an in-memory store fails here, before the topic is created
+    check_writable(path, next((v for k, v in options.items() if k.lower() == "topic"), None))
     plan, store = plan_write({**options, "path": path}, df.schema)
     if plan.meta is None or plan.topic_column is not None or plan.partition_column is not None:
         raise NativeUnavailable("the DataFrame routes rows by a topic or partition column")
@@ -404,7 +411,7 @@ def _native(df: DataFrame, path: str, options: Mapping[str, str], mode: str) -> 
     ordinals = jvm_key(meta, key, frame.columns) if key and classic else None
     if key and ordinals is None:
         if mode == "auto":
-            raise NativeUnavailable(KEYED_REASON)
+            raise NativeUnavailable(KEYED_REASON if classic else CONNECT_KEYED_REASON)
         frame = frame.withColumn(PARTITION_COLUMN, partition_udf(meta, key)(*[frame[f"`{k}`"] for k in key]))
     if key:
         frame = fewer_tasks(frame, plan.options.keyed_task_bytes)

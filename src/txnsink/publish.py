@@ -18,6 +18,7 @@ files are deleted, exactly as the batch sink's ``abort`` does.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
@@ -45,12 +46,12 @@ from coordinator import (
     faults,
 )
 from coordinator.backends.local import fsync_dir, make_folder
-from coordinator.layout import NATIVE_LEASE, NATIVE_STAGING, data_path, segment_name
+from coordinator.layout import NATIVE_LEASE, NATIVE_STAGING, data_path, segment_name, topic_dir
 from coordinator.maintenance.common import NATIVE_LEASE_MS
 from coordinator.store_factory import local_path
 
-__all__ = ["LEASE_RENEW_S", "SparkFile", "StagingLease", "abort_native", "check_complete", "move_files",
-           "output_folder", "spark_files", "staging_folder"]
+__all__ = ["LEASE_RENEW_S", "SparkFile", "StagingLease", "abort_native", "check_complete", "check_writable",
+           "move_files", "output_folder", "spark_files", "staging_folder"]
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,36 @@ class SparkFile:
     part: int
     size: int = -1
     description: str | None = None
+
+
+def check_writable(store_url: str, topic: str | None) -> None:
+    """Check, on the driver and before anything is written, that this process may write the folders a native write
+    writes in a local store: the root (or, before the store exists, the folder it would be created in), the staging
+    folder and the partition folders of ``topic``. Other stores are not checked (their writes report it).
+
+    Raises:
+        StoreError: a folder this process has no write permission on (one line naming the store and the folder).
+    """
+    root = local_path(store_url)
+    if root is None:
+        return
+    folders = [root, f"{root}/{STAGING}"]
+    if topic:
+        top = f"{root}/{topic_dir(topic)}"
+        folders.append(top)
+        with contextlib.suppress(OSError):
+            folders += [f"{top}/{p}/data" for p in sorted(os.listdir(top)) if p.isdigit()]
+    existing = [f for f in folders if os.path.isdir(f)] or [_existing_parent(root)]
+    for folder in existing:
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise StoreError(f"store {store_url} is read-only for this process: no write permission on folder "
+                             f"{folder}, which a write to it needs")
+
+
+def _existing_parent(path: str) -> str:
+    while not os.path.isdir(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
 
 
 def staging_folder(tag: str) -> str:

@@ -81,18 +81,26 @@ class _Writer:
         self.spark = spark
 
     def plan(self, options_json: str, schema_json: str) -> Any:
-        """True (the native path writes), an error text (``writePath`` = ``native`` that cannot be honoured), or
-        None (the data source writes), for the write options given as one JSON object."""
+        """True (the native path writes), an error text (``writePath`` = ``native`` that cannot be honoured, or a
+        local store this process may not write), or None (the data source writes), for the write options given as
+        one JSON object."""
+        from coordinator.errors import StoreError
         from txnsink.options import parse_options
+        from txnsink.publish import check_writable
 
         text = _options(options_json)
         try:
-            mode = parse_options(text).write_path
+            opts = parse_options(text)
+            mode = opts.write_path
             if mode == "python":
                 return None
             why = _reason(text)
         except Exception:  # noqa: BLE001 - the data source reports bad options as it always does
             return None
+        try:
+            check_writable(opts.root, opts.topic)
+        except StoreError as exc:
+            return str(exc)  # on the driver, before any task: the data source's tasks could not write either
         if why is None:
             return True
         if mode == "native":

@@ -353,6 +353,9 @@ def native_frame(spark: SparkSession, opts: ReadOptions, schema: StructType | st
     from txnsource.schema import to_spark_schema, union_schema
 
     root = spark_root(opts)
+    if getattr(spark, "_jsparkSession", None) is None:
+        raise NativeUnavailable("a Spark Connect client cannot build the Parquet scan (it needs the driver's JVM); "
+                                "the data source reads, natively on a server with txnlog's session extension")
     store = open_store(opts.path, opts.store)
     try:
         opts = with_topics(opts, list_topics(store)) if opts.pattern is not None else opts
