@@ -178,6 +178,18 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_damage.py::test_a_fence_only_the_damaged_entry_held_stays_a_fence_after_repair",),
         "G3: a zombie an init only the damaged entry held had fenced commits again after the entry is rebuilt"),
     Mutant(
+        "repair-removes-under-last-checkpoint", "coordinator/logrepair.py",
+        "above = [c for c in lg.numbered if c > o.seq and c in lg.entries]",
+        "above = [c for c in lg.checkpoints if c >= o.seq]",
+        ("tests/test_damage.py::test_repair_log_rebuilds_a_covered_entry_only_when_its_checkpoint_confirms_it",),
+        "the repair frees an entry number no numbered checkpoint lies above: a ghost created there could be proven"),
+    Mutant(
+        "rebuild-ignores-staged-copies", "coordinator/logrebuild.py",
+        "extra = staged.parts_of(txn, scratch)", "extra = []",
+        ("tests/test_damage.py::test_repair_log_completes_a_commit_from_its_staged_files_where_its_record_was_never_"
+         "written",),
+        "G1/G2: a rebuilt commit misses the partition whose record was never written: the transaction is torn"),
+    Mutant(
         "sink-commit-deletes-on-fenced", "txnsink/batch.py",
         "result = coord.commit(self.ident, self.txn, segs, app=app, end_producer=self.ephemeral)",
         "result = coord.commit(self.ident, self.txn, segs, app=app, end_producer=self.ephemeral) if "
