@@ -190,6 +190,13 @@ MUTANTS: tuple[Mutant, ...] = (
          "written",),
         "G1/G2: a rebuilt commit misses the partition whose record was never written: the transaction is torn"),
     Mutant(
+        "compaction-deletes-on-refusal", "coordinator/maintenance/compaction.py",
+        "            break  # the layout moved: plan again on the next pass",
+        "            coord.store.delete(path); break  # the layout moved: plan again on the next pass",
+        ("tests/test_maintenance.py::test_a_refused_compaction_never_deletes_its_merged_file_and_gc_does_once_no_"
+         "replace_can_publish_it",),
+        "G1: a compaction told anything but done deletes a merged file an entry it created may have published"),
+    Mutant(
         "sink-commit-deletes-on-fenced", "txnsink/batch.py",
         "result = coord.commit(self.ident, self.txn, segs, app=app, end_producer=self.ephemeral)",
         "result = coord.commit(self.ident, self.txn, segs, app=app, end_producer=self.ephemeral) if "

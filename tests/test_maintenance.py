@@ -143,6 +143,41 @@ def test_gc_deletes_only_unreferenced_files_past_the_grace_period(backend: Backe
     assert committed_ids(backend) == list(range(6)) + [600]
 
 
+def test_a_refused_compaction_never_deletes_its_merged_file_and_gc_does_once_no_replace_can_publish_it(
+        backend: Backend) -> None:
+    """Found by the long histories (seed 477: "segment ...~merged.parquet named by a commit marker is missing"): a
+    compaction told anything but "done" deleted its merged file, though an answer that is not "done" does not prove
+    the replace unpublished (an entry it created before a pause may have published it). It never deletes it now: a
+    refused compaction (retention moved the partition between its plan and its publish) leaves the file, unnamed,
+    and GC deletes it only after ``MAX_PUBLISH_MS`` plus ``CLOCK_SKEW_MS``, whatever its grace."""
+    from coordinator.decisions import MAX_PUBLISH_MS
+    from coordinator.maintenance.common import CLOCK_SKEW_MS
+    from coordinator.layout import data_dir
+
+    store = backend.open()
+    make_topic(store, partitions=1)
+    commit_small(backend, 6)
+    coord = backend.coordinator()
+
+    def retention_meanwhile(name: str) -> None:
+        if name == "maintenance.compaction.staged":
+            with faults.injected(None):
+                apply_retention(backend.coordinator(), "t", 0, retention_bytes=1)
+
+    with faults.injected(retention_meanwhile):
+        report = compact_partition(coord, "t", 0)
+    assert report.merged_groups == 0
+    merged = [n for n in store.list(data_dir("t", 0)) if "~merged" in n]
+    assert len(merged) == 1, "the refused compaction's merged file is kept"
+    now = now_ms() + 10
+    assert gc_partition(coord, "t", 0, grace_ms=0, now=int(now)).deleted_files  # the retired segments go ...
+    assert [n for n in store.list(data_dir("t", 0)) if "~merged" in n] == merged  # ... the merged file stays
+    later = int(now) + MAX_PUBLISH_MS + CLOCK_SKEW_MS + 1000
+    deleted = gc_partition(coord, "t", 0, grace_ms=0, now=later).deleted_files
+    assert any("~merged" in p for p in deleted)
+    assert not [n for n in store.list(data_dir("t", 0)) if "~merged" in n]
+
+
 def test_maintenance_pass_and_checkpoint_make_opening_cheap(backend: Backend) -> None:
     store = backend.open()
     create_topic(store, "t", SCHEMA, 1, {"retention.bytes": str(10**9)})

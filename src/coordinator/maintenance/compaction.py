@@ -7,7 +7,7 @@ import zlib
 
 import pyarrow as pa
 
-from coordinator import parallel
+from coordinator import faults, parallel
 from coordinator.clock import store_now_ms
 from coordinator.coordinator import TransactionCoordinator
 from coordinator.decisions import LayoutRequest
@@ -62,8 +62,9 @@ def compact_partition(
     now: int | None = None,
 ) -> MaintenanceReport:
     """Merge small segments of one partition. Concurrent commits are fine (they never change the layout of
-    existing offsets); a compaction that raced another one or retention is refused and its file deleted. A merged
-    file is stamped ``staged_at`` on the store's clock (:mod:`coordinator.clock`), as entry times are, before it is
+    existing offsets); a compaction that raced another one or retention is refused, and its merged file is left to
+    GC, which deletes it once no replace can publish it (never on an answer that cannot prove it unpublished). A
+    merged file is stamped ``staged_at`` on the store's clock (:mod:`coordinator.clock`), as entry times are, before it is
     written; ``now`` overrides that time (ms, tests).
 
     Raises:
@@ -87,17 +88,19 @@ def compact_partition(
         path = data_path(topic, partition, segment_name(f"{COMPACTED_PREFIX}{uuid.uuid4().hex}", "merged") + ext)
         staged_at = store_now_ms(coord.store) if now is None else now
         coord.store.put(path, data)
+        faults.point("maintenance.compaction.staged")
         item = ReplaceItem("", topic=topic, partition=partition, layout=layout, base=group[0].base_offset,
                            end=group[-1].end_offset, replaces=tuple(s.path for s in group),
                            segment=MarkerSegment(path, merged.num_rows, len(data), zlib.crc32(data)),
                            runs=tuple(r for s in group for r in s.run_list()), staged_at=staged_at)
         out = coord.log.submit(LayoutRequest(f"r-{uuid.uuid4().hex}", item=item))
-        if out.status == "done":
-            report.merged_groups += 1
-            plog.refresh()
-        else:
-            coord.store.delete(path)
+        if out.status != "done":
+            # The merged file stays: an answer other than "done" does not prove the replace was never published
+            # (an entry created before a pause may have published it), and GC deletes an unpublished merged file
+            # only once no replace can publish it any more (MAX_PUBLISH_MS plus CLOCK_SKEW_MS).
             break  # the layout moved: plan again on the next pass
+        report.merged_groups += 1
+        plog.refresh()
     plog.refresh()
     report.segments_after = len(plog.segments)
     return report
