@@ -263,10 +263,10 @@ def test_errors_say_whether_to_retry_abort_or_restart() -> None:
 
 
 def test_subscribe_takes_a_single_topic_name(lake: Backend) -> None:
-    make_topic(lake.open(), partitions=2)
+    make_topic(lake.open(), "payments", partitions=2)
     c = Consumer(lake.open())
-    c.subscribe("t")
-    assert c.assignment() == [("t", 0), ("t", 1)]
+    c.subscribe("payments")  # one topic, not the characters of its name
+    assert c.assignment() == [("payments", 0), ("payments", 1)]
 
 
 def test_clients_take_a_confluent_style_config(lake: Backend) -> None:
