@@ -328,7 +328,7 @@ def test_offsets_for_times_and_seek_to_timestamp(lake: Backend) -> None:
     c.subscribe("t")
     assert c.offsets_for_times({("t", 0): between}) == {("t", 0): 2}
     assert c.offsets_for_times({("t", 0): 0}) == {("t", 0): 0}
-    future = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=1)
+    future = dt.datetime.now(dt.UTC) + dt.timedelta(days=1)
     assert c.offsets_for_times({("t", 0): future}) == {("t", 0): None}
     c.seek_to_timestamp(between)
     assert c.poll().column("id").to_pylist() == [2]

@@ -34,8 +34,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from coordinator.coordinator import Snapshot, TransactionCoordinator
 from coordinator.clientconf import CONSUMER_KEYS, from_config
+from coordinator.coordinator import Snapshot, TransactionCoordinator
 from coordinator.errors import ClientClosedError, InvalidOptionError, OffsetOutOfRangeError, TopicNotFoundError
 from coordinator.layout import check_name
 from coordinator.reader import (

@@ -13,9 +13,9 @@ from coordinator.errors import (
     InvalidOptionError,
     InvalidTxnStateError,
     OutOfOrderSequenceError,
+    ProducerFencedError,
     TransactionAbortedError,
     TransactionTimedOutError,
-    ProducerFencedError,
 )
 from coordinator.layout import check_name
 from coordinator.records import producer_txn_id
