@@ -186,13 +186,13 @@ def test_lag_flags_committed_offsets_outside_the_partition(lake: Backend) -> Non
 
 def test_a_commit_after_the_timeout_is_aborted_without_any_sweep(lake: Backend) -> None:
     make_topic(lake.open(), partitions=1)
-    p = Producer(lake.open(), "slow", config=ProducerConfig(transaction_timeout_ms=1000))
+    # 3 s: long enough for the next transaction to commit in time on a loaded machine
+    p = Producer(lake.open(), "slow", config=ProducerConfig(transaction_timeout_ms=3000))
     p.init_transactions()
     p.begin_transaction()
-    p.send("t", rows([1, 2], "late"))
-    p.flush()
-    time.sleep(2.5)  # the store's clock (S3: whole seconds) moves past the 1 s timeout
-    with pytest.raises(TransactionTimedOutError, match=r"aborted: open longer than its timeout \(1 s\)") as err:
+    p.send("t", rows([1, 2], "late"))  # buffered only: the timeout counts from the send, not from staging
+    time.sleep(4.5)  # the store's clock (S3: whole seconds) moves past the 3 s timeout
+    with pytest.raises(TransactionTimedOutError, match=r"aborted: open longer than its timeout \(3 s\)") as err:
         p.commit_transaction()
     assert err.value.abortable and not err.value.fatal and not err.value.retriable
     assert committed_ids(lake) == []

@@ -23,7 +23,7 @@ learned (``CommitStateUnknownError``) the producer keeps the transaction and ref
 calls ``commit_transaction()`` again (which learns the outcome or retries) or ``abort_transaction()`` (which aborts
 it unless it was committed); ``init_transactions()`` starts over with a new epoch.
 
-A transaction's timeout (``transaction_timeout_ms``) counts from its first staged data (or offsets), on the store's
+A transaction's timeout (``transaction_timeout_ms``) counts from its first ``send`` (or offsets), on the store's
 clock: the log entry that decides its commit aborts it instead if it was open longer (``TransactionTimedOutError``,
 "aborted: open longer than its timeout (N s)"), whether or not a timeout sweep runs.
 
@@ -44,9 +44,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from coordinator import parallel
+from coordinator import clock, parallel
 from coordinator.clientconf import PRODUCER_KEYS, from_config
-from coordinator.clock import store_now_ms
 from coordinator.coordinator import CommitResult, ProducerIdentity, TransactionCoordinator
 from coordinator.errors import (
     AlreadyCommittedError,
@@ -152,7 +151,7 @@ class Producer:
         self._closed = False
         #: the transaction the coordinator aborted at its commit (an abortable error): abort_transaction() accepts it
         self._aborted_for_caller: str | None = None
-        #: the open transaction's start on the store's clock (its first staged data or offsets; -1: none yet)
+        #: the open transaction's start on the store's clock (its first send or offsets; -1: none yet)
         self._started_ms = -1
 
     # -- lifecycle --------------------------------------------------------------------------------------------
@@ -228,6 +227,8 @@ class Producer:
         if table.num_rows == 0:
             return
         table = stamp(table, when)
+        if self._started_ms < 0:
+            self._started_ms = clock.store_now_ms(self.store)  # the transaction's timeout counts from here
         if partition is not None:
             if not isinstance(partition, int) or not 0 <= partition < meta.partitions:
                 raise InvalidOptionError(f"topic {topic!r} has no partition {partition!r}")
@@ -277,7 +278,7 @@ class Producer:
                         raise TopicNotFoundError(f"topic {topic!r} has no partition {p} (it has {n}); offsets "
                                                  f"of group {group_id!r} not added")
         if self._started_ms < 0:
-            self._started_ms = store_now_ms(self.store)
+            self._started_ms = clock.store_now_ms(self.store)
         g = self._offsets.setdefault(group_id, {})
         for topic, parts in offsets.items():
             g.setdefault(topic, {}).update({int(p): int(o) for p, o in parts.items()})
@@ -523,7 +524,7 @@ class Producer:
             # Kafka's AddPartitionsToTxn without the log, at once with the first segment: learn of a fence early,
             # and leave a record (on the store's clock) for the timeout sweep.
             if self._started_ms < 0:
-                self._started_ms = store_now_ms(self.store)
+                self._started_ms = clock.store_now_ms(self.store)
             ident, n = self.identity, self._n
             waits = [parallel.start(lambda: self.coordinator.check_current(ident)),
                      parallel.start(lambda: self.coordinator.open_transaction(ident, n))]
