@@ -216,14 +216,18 @@ class TransactionCoordinator:
         offsets: Mapping[str, Mapping[str, Mapping[int, int]]] | None = None,
         app: tuple[str, int] | None = None,
         end_producer: bool = False,
+        started_ms: int = -1,
     ) -> CommitResult:
         """Commit producer transaction ``txn`` (``ident.txn_id(n)``) publishing ``segments`` and the consumer-group
         ``offsets``; with ``app = (app id, version)`` only if that version is above the app's last committed one
         (otherwise nothing is published and ``already_committed`` is set). ``end_producer`` removes an ephemeral
-        producer. A transaction decided before (a retry) returns its recorded outcome.
+        producer. ``started_ms``: the transaction's start on the store's clock (:func:`coordinator.clock.store_now_ms`
+        when it first staged data); the entry that decides the commit aborts it instead if its time is more than
+        the producer's timeout later. A transaction decided before (a retry) returns its recorded outcome.
 
         Raises:
             ProducerFencedError: a newer epoch exists; nothing becomes visible.
+            TransactionTimedOutError: open longer than the producer's timeout at the commit (now aborted).
             InvalidTxnStateError: ``txn`` was aborted, or is not the producer's next transaction.
             OutOfOrderSequenceError: a partition's sequence numbers skip one.
             TopicNotFoundError: a segment names a topic or partition that does not exist.
@@ -232,7 +236,8 @@ class TransactionCoordinator:
         ref = parse_txn_id(txn)
         if ref is None or ref.kind != "p" or (ref.pid, ref.epoch) != (ident.pid, ident.epoch):
             raise InvalidOptionError(f"transaction id {txn!r} is not one of producer {ident}")
-        return self._commit(ident, txn, segments, _offsets(offsets), app=app, end_producer=end_producer)
+        return self._commit(ident, txn, segments, _offsets(offsets), app=app, end_producer=end_producer,
+                            started_ms=started_ms)
 
     def _commit(
         self,
@@ -243,6 +248,7 @@ class TransactionCoordinator:
         *,
         app: tuple[str, int] | None = None,
         end_producer: bool = False,
+        started_ms: int = -1,
     ) -> CommitResult:
         ref = parse_txn_id(txn)
         assert ref is not None
@@ -251,7 +257,7 @@ class TransactionCoordinator:
         req = commit_request(txn=txn, tid=ident.tid, pid=ident.pid, epoch=ident.epoch, n=ref.n,
                              app=None if app is None else check_name("txnAppId", app[0]),
                              version=-1 if app is None else int(app[1]), token=None if app is None else txn,
-                             segments=segs, offsets=offs, end_producer=end_producer)
+                             segments=segs, offsets=offs, end_producer=end_producer, started_ms=started_ms)
         return self._commit_result(req, self.log.submit(req))
 
     def commit_app(

@@ -54,6 +54,13 @@ from coordinator.state import CoordinatorState, PartitionMeta, ProducerMeta
 INTENT_KINDS = ("commit", "abort", "init")
 #: A compaction must be published within this long of writing its merged file (see ReplaceItem.staged_at).
 MAX_PUBLISH_MS = 3600 * 1000
+#: How the reason of an abort for a transaction open longer than its timeout begins (see :func:`timeout_reason`).
+TIMEOUT_REASON = "aborted: open longer than its timeout"
+
+
+def timeout_reason(timeout_ms: int) -> str:
+    """The recorded reason of a transaction aborted for being open longer than ``timeout_ms``."""
+    return f"{TIMEOUT_REASON} ({timeout_ms / 1000:g} s)"
 
 
 @dataclass(frozen=True)
@@ -71,7 +78,9 @@ class Request:
 @dataclass(frozen=True)
 class TxnRequest(Request):
     """Commit (``abort=False``) or abort one transaction: a producer's number ``n`` at ``epoch`` (``tid`` set), an
-    application attempt ``(app, version, token)`` (``app`` set), or both (a Spark batch job with ``txnAppId``)."""
+    application attempt ``(app, version, token)`` (``app`` set), or both (a Spark batch job with ``txnAppId``).
+    ``started_ms`` (a producer commit; -1: not given) is the transaction's start on the store's clock: the commit is
+    decided as an abort when the deciding entry's time is more than the producer's timeout after it."""
 
     txn: str = ""
     abort: bool = False
@@ -87,6 +96,7 @@ class TxnRequest(Request):
     end_producer: bool = False
     fence: bool = False
     reason: str = ""
+    started_ms: int = -1
 
     @property
     def kind(self) -> str:  # type: ignore[override]
@@ -96,7 +106,8 @@ class TxnRequest(Request):
         return {"v": _V, "kind": self.kind, "id": self.id, "txn": self.txn, "tid": self.tid, "pid": self.pid,
                 "epoch": self.epoch, "n": self.n, "app": self.app, "version": self.version, "token": self.token,
                 "segments": [s.to_json() for s in self.segments], "offsets": self.offsets,
-                "end_producer": self.end_producer, "fence": self.fence, "reason": self.reason}
+                "end_producer": self.end_producer, "fence": self.fence, "reason": self.reason,
+                "started_ms": self.started_ms}
 
 
 @dataclass(frozen=True)
@@ -169,7 +180,8 @@ def request_from_bytes(data: bytes, where: str) -> Request:
                 token=d.get("token"), segments=tuple(SegmentRef.from_json(s) for s in d["segments"]),
                 offsets={g: {t: {p: int(o) for p, o in ps.items()} for t, ps in ts.items()}
                          for g, ts in d["offsets"].items()},
-                end_producer=bool(d["end_producer"]), fence=bool(d["fence"]), reason=str(d["reason"]))
+                end_producer=bool(d["end_producer"]), fence=bool(d["fence"]), reason=str(d["reason"]),
+                started_ms=int(d.get("started_ms", -1)))
         if kind == "init":
             prev = d.get("prev")
             return InitRequest(id=str(d["id"]), tid=str(d["tid"]),
@@ -220,7 +232,7 @@ def _reject(req: Request, txn: str, code: str, reason: str) -> RejectItem:
 def decide(req: Request, st: CoordinatorState, ts: int) -> Item | None:
     """Decide ``req`` against ``st`` (which the caller then advances with the item). None: already decided."""
     if isinstance(req, TxnRequest):
-        return _decide_txn(req, st)
+        return _decide_txn(req, st, ts)
     if isinstance(req, InitRequest):
         return _decide_init(req, st)
     if isinstance(req, ExpireRequest):
@@ -250,7 +262,7 @@ def _decide_init(req: InitRequest, st: CoordinatorState) -> Item | None:
     return InitItem(req.id, tid=req.tid, pid=pid, epoch=epoch, timeout_ms=req.timeout_ms, ephemeral=req.ephemeral)
 
 
-def _decide_txn(req: TxnRequest, st: CoordinatorState) -> Item | None:
+def _decide_txn(req: TxnRequest, st: CoordinatorState, ts: int) -> Item | None:
     kept = req.segments
     seqs: dict[str, int] = {}
     if req.tid is not None:
@@ -271,6 +283,9 @@ def _decide_txn(req: TxnRequest, st: CoordinatorState) -> Item | None:
             walk(meta.state, ABORT_PATH if req.abort else COMMIT_PATH)
         except ValueError as exc:
             return _reject(req, req.txn, "state", f"transactional id {req.tid!r}: {exc}")
+        if not req.abort and 0 <= req.started_ms < ts - meta.timeout_ms:
+            # decided in this entry, on the store's clock: the commit and the timeout can never both win
+            return _abort_item(replace(req, reason=timeout_reason(meta.timeout_ms)))
         if not req.abort:
             checked = _check_sequences(st, req)
             if isinstance(checked, str):
@@ -289,17 +304,21 @@ def _decide_txn(req: TxnRequest, st: CoordinatorState) -> Item | None:
                 req, req.txn, "reaped", f"attempt {req.token} of {req.app!r} version {req.version} was "
                                         "aborted (reaped by GC after the grace period); replay the batch")
     if req.abort:
-        staged: dict[str, int] = {}
-        for seg in req.segments:
-            key = f"{seg.topic}/{seg.partition}"
-            staged[key] = staged.get(key, 0) + seg.rows
-        return AbortItem(req.id, txn=req.txn, tid=req.tid, pid=req.pid, epoch=req.epoch, n=req.n, app=req.app,
-                         version=req.version, token=req.token, reason=req.reason, fence=req.fence,
-                         end_producer=req.end_producer, staged=staged, groups=tuple(sorted(req.offsets)))
+        return _abort_item(req)
     parts = _assign(st, kept)
     return CommitItem(req.id, txn=req.txn, tid=req.tid, pid=req.pid, epoch=req.epoch, n=req.n, app=req.app,
                       version=req.version, token=req.token, parts=parts, offsets=req.offsets, seqs=seqs,
                       end_producer=req.end_producer)
+
+
+def _abort_item(req: TxnRequest) -> AbortItem:
+    staged: dict[str, int] = {}
+    for seg in req.segments:
+        key = f"{seg.topic}/{seg.partition}"
+        staged[key] = staged.get(key, 0) + seg.rows
+    return AbortItem(req.id, txn=req.txn, tid=req.tid, pid=req.pid, epoch=req.epoch, n=req.n, app=req.app,
+                     version=req.version, token=req.token, reason=req.reason, fence=req.fence,
+                     end_producer=req.end_producer, staged=staged, groups=tuple(sorted(req.offsets)))
 
 
 def _check_sequences(st: CoordinatorState, req: TxnRequest) -> tuple[tuple[SegmentRef, ...], dict[str, int]] | str:
@@ -418,6 +437,12 @@ def _of_fenced_epoch(req: TxnRequest, meta: ProducerMeta) -> Outcome:
                                          "too long ago for the log to tell whether transaction "
                                          f"{req.txn} was decided before")
     last, how = known
+    if req.n == last and how == "fenced" and meta.epoch == req.epoch + 1 and meta.last_txn < 0 \
+            and (meta.last_reason or "").startswith(TIMEOUT_REASON):
+        # the fence was the timeout sweep's abort of this very transaction, and nothing happened since
+        return Outcome("rejected", code="fenced",
+                       reason=f"transaction {req.txn} of {req.tid!r} {meta.last_reason} (the timeout sweep), which "
+                              f"fenced producer pid {req.pid} epoch {req.epoch}; create a new producer")
     if req.n > last or (req.n == last and how == "fenced"):
         return Outcome("rejected", code="fenced",
                        reason=f"producer for transactional id {req.tid!r} with pid {req.pid} epoch {req.epoch} is "

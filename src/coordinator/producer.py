@@ -22,6 +22,13 @@ Transactions are numbered per epoch and a number is decided at most once: after 
 learned (``CommitStateUnknownError``) the producer keeps the transaction and refuses new work until the caller
 calls ``commit_transaction()`` again (which learns the outcome or retries) or ``abort_transaction()`` (which aborts
 it unless it was committed); ``init_transactions()`` starts over with a new epoch.
+
+A transaction's timeout (``transaction_timeout_ms``) counts from its first ``send`` (or offsets), on the store's
+clock: the log entry that decides its commit aborts it instead if it was open longer (``TransactionTimedOutError``,
+"aborted: open longer than its timeout (N s)"), whether or not a timeout sweep runs.
+
+What to do after an error is its class's ``retriable`` / ``abortable`` / ``fatal`` (see :mod:`coordinator.errors`):
+retry the call; ``abort_transaction()`` and begin again; or create a new producer.
 """
 
 from __future__ import annotations
@@ -31,20 +38,24 @@ import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from coordinator import parallel
+from coordinator import clock, parallel
+from coordinator.clientconf import PRODUCER_KEYS, from_config
 from coordinator.coordinator import CommitResult, ProducerIdentity, TransactionCoordinator
 from coordinator.errors import (
     AlreadyCommittedError,
+    ClientClosedError,
     CommitStateUnknownError,
     InvalidOptionError,
     InvalidTxnStateError,
     OutOfOrderSequenceError,
     ProducerFencedError,
+    TopicNotFoundError,
     TxnLogError,
 )
 from coordinator.layout import check_name
@@ -86,24 +97,36 @@ def hash_partition(table: pa.Table, columns: Sequence[str], partitions: int) -> 
 
 
 class Producer:
-    """A transactional producer bound to one transactional id. Not thread-safe; use one per thread."""
+    """A transactional producer bound to one transactional id. Not thread-safe; use one per thread. A context
+    manager: leaving a ``with`` block closes it."""
 
     def __init__(
         self,
-        store: Store | str,
-        transactional_id: str,
+        store: Store | str | Mapping[str, Any],
+        transactional_id: str | None = None,
         *,
         options: Mapping[str, str] | StoreOptions | None = None,
         config: ProducerConfig | None = None,
         coordinator: TransactionCoordinator | None = None,
     ) -> None:
         """Bind a producer to ``transactional_id`` (nothing is read or written until ``init_transactions()``,
-        which probes the store's conditional writes first).
+        which probes the store's conditional writes first). ``store`` may be a confluent-style config mapping
+        (``{"store.url": ..., "transactional.id": ..., "transaction.timeout.ms": ...}``, see
+        :mod:`coordinator.clientconf`).
 
         Raises:
             InvalidNameError: the transactional id is not a valid name.
-            InvalidOptionError: the store URL is not supported.
+            InvalidOptionError: the store URL is not supported, no transactional id, or a bad config key.
         """
+        if isinstance(store, Mapping):
+            store, options, conf = from_config(store, PRODUCER_KEYS, "Producer")
+            transactional_id = conf.get("transactional_id", transactional_id)
+            if "transaction_timeout_ms" in conf:
+                base = config or ProducerConfig()
+                config = ProducerConfig(conf["transaction_timeout_ms"], base.segment_target_bytes,
+                                        base.segment_format)
+        if transactional_id is None:
+            raise InvalidOptionError("a Producer needs a transactional id ('transactional.id' in a config)")
         check_name("transactional id", transactional_id)
         self.store = store if isinstance(store, Store) else open_store(store, options)
         self.config = config or ProducerConfig()
@@ -125,18 +148,32 @@ class Producer:
         self._topics: dict[str, TopicMeta] = {}
         self._rr = 0
         self._fenced = False
+        self._closed = False
+        #: the transaction the coordinator aborted at its commit (an abortable error): abort_transaction() accepts it
+        self._aborted_for_caller: str | None = None
+        #: the open transaction's start on the store's clock (its first send or offsets; -1: none yet)
+        self._started_ms = -1
 
     # -- lifecycle --------------------------------------------------------------------------------------------
 
     def init_transactions(self) -> ProducerIdentity:
         """Register the transactional id and bump its epoch, fencing older producers: a transaction an older
         epoch (this object's included) had not committed can never commit. The producer is usable afterwards
-        whatever state it was in."""
+        whatever state it was in.
+
+        Raises:
+            ClientClosedError: the producer is closed.
+            CommitStateUnknownError, StoreError: the store could not say whether the new epoch was recorded
+                (retriable).
+        """
+        if self._closed:
+            raise ClientClosedError(f"producer for {self.transactional_id!r} is closed")
         self.identity = self.coordinator.init_producer(
             self.transactional_id, timeout_ms=self.config.transaction_timeout_ms
         )
         self._fenced = False
         self._unresolved = False
+        self._aborted_for_caller = None
         self._n = 0
         self._next_seq = {}
         self._reset()
@@ -148,9 +185,11 @@ class Producer:
         Raises:
             InvalidTxnStateError: not initialised, a transaction is already open, or the last commit's outcome is
                 still unknown.
-            ProducerFencedError: this producer was fenced.
+            ProducerFencedError: this producer was fenced (fatal).
+            ClientClosedError: the producer is closed (fatal).
         """
         self._check_usable()
+        self._aborted_for_caller = None
         if self._txn is not None:
             raise InvalidTxnStateError(f"transaction {self._txn} is already open")
         assert self.identity is not None
@@ -175,7 +214,9 @@ class Producer:
 
         Raises:
             InvalidTxnStateError: no open transaction (or the last commit is unresolved).
-            TopicNotFoundError, SchemaMismatchError, InvalidOptionError: bad topic, data or partition.
+            TopicNotFoundError, SchemaMismatchError, InvalidOptionError: bad topic, data or partition (nothing of
+                this call is in the transaction; the transaction goes on).
+            ProducerFencedError: learnt while staging (fatal).
         """
         self._check_open()
         meta = self._topic(topic)
@@ -186,6 +227,8 @@ class Producer:
         if table.num_rows == 0:
             return
         table = stamp(table, when)
+        if self._started_ms < 0:
+            self._started_ms = clock.store_now_ms(self.store)  # the transaction's timeout counts from here
         if partition is not None:
             if not isinstance(partition, int) or not 0 <= partition < meta.partitions:
                 raise InvalidOptionError(f"topic {topic!r} has no partition {partition!r}")
@@ -219,13 +262,23 @@ class Producer:
 
         Raises:
             InvalidTxnStateError: no open transaction.
+            TopicNotFoundError: a topic or partition does not exist (nothing is added).
+            InvalidOptionError: a negative offset.
         """
         self._check_open()
         check_name("group", group_id)
         for topic, parts in offsets.items():
+            n = self._topic(topic).partitions
             for p, o in parts.items():
                 if int(o) < 0:
                     raise InvalidOptionError(f"offset {o} of {topic}/{p} for group {group_id!r} is negative")
+                if not 0 <= int(p) < n:
+                    n = self._topic(topic, fresh=True).partitions  # partitions may have been added since
+                    if not 0 <= int(p) < n:
+                        raise TopicNotFoundError(f"topic {topic!r} has no partition {p} (it has {n}); offsets "
+                                                 f"of group {group_id!r} not added")
+        if self._started_ms < 0:
+            self._started_ms = clock.store_now_ms(self.store)
         g = self._offsets.setdefault(group_id, {})
         for topic, parts in offsets.items():
             g.setdefault(topic, {}).update({int(p): int(o) for p, o in parts.items()})
@@ -241,10 +294,16 @@ class Producer:
         outcome of the same transaction (or retries it) instead of starting another.
 
         Raises:
-            ProducerFencedError: a newer producer took over; nothing of this transaction is visible.
-            OutOfOrderSequenceError: the staged segments skip a sequence number (the transaction is aborted).
-            InvalidTxnStateError: no open transaction, or it was aborted (by the timeout sweep, say).
-            CommitStateUnknownError: the outcome could not be learned; call ``commit_transaction()`` again.
+            ProducerFencedError: a newer producer took over, or the timeout sweep aborted the transaction with an
+                epoch bump (the message says so); nothing of this transaction is visible (fatal).
+            TransactionTimedOutError: the transaction was open longer than its timeout, so the commit aborted it
+                (abortable: ``abort_transaction()`` is accepted, then begin again).
+            OutOfOrderSequenceError: the staged segments skip a sequence number (the transaction is aborted;
+                abortable).
+            InvalidTxnStateError: no open transaction.
+            CommitStateUnknownError: the outcome could not be learned; call ``commit_transaction()`` again
+                (retriable).
+            StoreError: staging or the commit failed before anything was decided (retriable: call again).
         """
         if not self._unresolved:
             self._check_open()
@@ -254,7 +313,8 @@ class Producer:
         assert self.identity is not None and self._txn is not None
         txn = self._txn
         try:
-            result = self.coordinator.commit(self.identity, txn, self._staged, offsets=self._offsets)
+            result = self.coordinator.commit(self.identity, txn, self._staged, offsets=self._offsets,
+                                             started_ms=self._started_ms)
         except CommitStateUnknownError:
             self._unresolved = True
             raise
@@ -264,10 +324,13 @@ class Producer:
             raise
         except OutOfOrderSequenceError:
             self._abort_quietly(txn)
+            self._aborted_for_caller = txn
             raise
-        except InvalidTxnStateError:
+        except InvalidTxnStateError as exc:
             self._finish(txn, committed=False)
             self._n += 1
+            if exc.abortable:
+                self._aborted_for_caller = txn
             raise
         self._finish(txn, committed=True)
         self._n += 1
@@ -277,17 +340,26 @@ class Producer:
         """Abort the open transaction; nothing it staged becomes visible. After ``CommitStateUnknownError`` this
         aborts the transaction unless the log shows it committed.
 
+        After an abortable error the transaction is already aborted: this call then just acknowledges it.
+
         Raises:
             InvalidTxnStateError: no transaction is open, or the unresolved commit turned out committed.
-            ProducerFencedError: a newer producer took over (the transaction can never commit anyway).
-            CommitStateUnknownError: the outcome could not be learned; call ``abort_transaction()`` again.
+            ProducerFencedError: a newer producer took over (the transaction can never commit anyway; fatal).
+            CommitStateUnknownError: the outcome could not be learned; call ``abort_transaction()`` again
+                (retriable).
+            ClientClosedError: the producer is closed (fatal).
         """
+        if self._closed:
+            raise ClientClosedError(f"producer for {self.transactional_id!r} is closed")
+        if self._txn is None and self._aborted_for_caller is not None:
+            self._aborted_for_caller = None
+            return
         if self._txn is None:
             raise InvalidTxnStateError("no transaction is open")
         assert self.identity is not None
         txn = self._txn
         needs_log = bool(self._staged or self._opened or self._unresolved)
-        opened, staged, offsets = self._opened, self._staged, self._offsets
+        opened, staged, offsets, started = self._opened, self._staged, self._offsets, self._started_ms
         self._finish(txn, committed=False)  # local state first: a failure below leaves no half-open transaction
         if not needs_log:
             return  # nothing left this process: the number is still free
@@ -306,6 +378,7 @@ class Producer:
             # Outcome unknown (CommitStateUnknownError, or interrupted): the transaction stays this producer's,
             # unresolved, so its number is never used again for other rows.
             self._txn, self._opened, self._staged, self._unresolved = txn, opened, staged, True
+            self._started_ms = started
             raise
         if opened:
             self.coordinator.close_transaction(txn)
@@ -327,12 +400,24 @@ class Producer:
         self.commit_transaction()
 
     def close(self) -> None:
-        """Abort any open transaction (best effort) and drop buffers."""
+        """Abort any open transaction (best effort), drop buffers and end the producer: every later call raises
+        :class:`ClientClosedError`. The store is not closed (the caller's, or shared). Idempotent."""
+        if self._closed:
+            return
         if self._txn is not None:
             try:
                 self.abort_transaction()
             except TxnLogError:
                 pass
+        self._reset()
+        self._closed = True
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
 
     # -- internals --------------------------------------------------------------------------------------------
 
@@ -368,8 +453,11 @@ class Producer:
         self._buffered_bytes.clear()
         self._staged = []
         self._offsets = {}
+        self._started_ms = -1
 
     def _check_usable(self, *, resolving: bool = False) -> None:
+        if self._closed:
+            raise ClientClosedError(f"producer for {self.transactional_id!r} is closed")
         if self.identity is None:
             raise InvalidTxnStateError("call init_transactions() first")
         if self._fenced:
@@ -394,8 +482,8 @@ class Producer:
         if self._txn is None:
             raise InvalidTxnStateError("no transaction is open; call begin_transaction()")
 
-    def _topic(self, name: str) -> TopicMeta:
-        meta = self._topics.get(name)
+    def _topic(self, name: str, *, fresh: bool = False) -> TopicMeta:
+        meta = None if fresh else self._topics.get(name)
         if meta is None:
             meta = self._topics[name] = get_topic(self.store, name)
             self.coordinator.know_topic(meta)
@@ -435,6 +523,8 @@ class Producer:
         else:
             # Kafka's AddPartitionsToTxn without the log, at once with the first segment: learn of a fence early,
             # and leave a record (on the store's clock) for the timeout sweep.
+            if self._started_ms < 0:
+                self._started_ms = clock.store_now_ms(self.store)
             ident, n = self.identity, self._n
             waits = [parallel.start(lambda: self.coordinator.check_current(ident)),
                      parallel.start(lambda: self.coordinator.open_transaction(ident, n))]

@@ -10,7 +10,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from coordinator.clock import store_now_ms
-from coordinator.decisions import ExpireRequest, abort_request, undecided_producer
+from coordinator.decisions import ExpireRequest, abort_request, timeout_reason, undecided_producer
 from coordinator.errors import CorruptLogError, InvalidOptionError
 from coordinator.layout import TXN_OPEN
 from coordinator.probe import probe_conditional_writes
@@ -93,7 +93,7 @@ def abort_timed_out(coord: TransactionCoordinator, now: float | None = None) -> 
         if t - info.mtime * 1000 <= meta.timeout_ms:
             continue
         req = abort_request(txn=txn, tid=meta.tid, pid=ref.pid, epoch=ref.epoch, n=ref.n,
-                            reason="transaction timeout", fence=True)
+                            reason=timeout_reason(meta.timeout_ms), fence=True)
         out = coord.log.submit(req)
         if out.status == "aborted" and out.item is not None and out.item.request == req.id:
             aborted.append(meta.tid)

@@ -7,13 +7,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from coordinator.decisions import Outcome, TxnRequest
+from coordinator.decisions import TIMEOUT_REASON, Outcome, TxnRequest
 from coordinator.errors import (
     CommitStateUnknownError,
     InvalidOptionError,
     InvalidTxnStateError,
     OutOfOrderSequenceError,
     ProducerFencedError,
+    TransactionAbortedError,
+    TransactionTimedOutError,
 )
 from coordinator.layout import check_name
 from coordinator.records import producer_txn_id
@@ -100,7 +102,9 @@ def _error(req: TxnRequest, out: Outcome) -> Exception:
             return OutOfOrderSequenceError(out.reason)
         return InvalidTxnStateError(out.reason)
     if out.status == "aborted":
-        return InvalidTxnStateError(f"transaction {req.txn} was aborted ({out.reason or 'no reason recorded'})")
+        if out.reason.startswith(TIMEOUT_REASON):
+            return TransactionTimedOutError(f"transaction {req.txn} {out.reason}")
+        return TransactionAbortedError(f"transaction {req.txn} was aborted ({out.reason or 'no reason recorded'})")
     if out.status == "committed":
         return InvalidTxnStateError(f"transaction {req.txn} was committed")
     return CommitStateUnknownError(f"the outcome of transaction {req.txn} is not known to this process: {out.reason}")

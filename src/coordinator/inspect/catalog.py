@@ -176,8 +176,10 @@ def lag(store: Store, group: str | None = None, *, coordinator: TransactionCoord
         ) -> list[dict[str, Any]]:
     """One row per (group, topic, partition) with committed offsets: ``committed`` (next offset to consume),
     ``end_offset``, ``lag`` (records between them). Every partition of a topic the group committed for is listed
-    (an uncommitted partition counts from its start offset, ``committed`` None). Offsets come from the log's
-    state: no partition is opened.
+    (an uncommitted partition counts from its start offset, ``committed`` None). ``out_of_range`` flags a committed
+    offset outside the partition's ``[start, end]`` (``"below start S"`` after retention: ``lag`` counts from the
+    start; ``"beyond end E"``: ``lag`` is None); a consumer of the group resets it by its ``auto_offset_reset``.
+    Offsets come from the log's state: no partition is opened.
 
     Raises:
         GroupNotFoundError: ``group`` is given and has no committed offsets.
@@ -197,14 +199,20 @@ def lag(store: Store, group: str | None = None, *, coordinator: TransactionCoord
                 n = 0
             for p in sorted(set(range(n)) | set(offsets[topic])):
                 committed = offsets[topic].get(p)
+                flag = None
                 if p < n:
                     pm = state.partition(topic, p)
                     end: int | None = pm.end
                     base: int | None = committed if committed is not None else pm.start
+                    if committed is not None and committed < pm.start:
+                        flag, base = f"below start {pm.start}", pm.start
+                    elif committed is not None and committed > pm.end:
+                        flag, base = f"beyond end {pm.end}", None
                 else:
                     end = base = None
                 rows.append({"group": g, "topic": topic, "partition": p, "committed": committed,
-                             "end_offset": end, "lag": None if end is None or base is None else max(0, end - base)})
+                             "end_offset": end, "lag": None if end is None or base is None else max(0, end - base),
+                             "out_of_range": flag})
     return rows
 
 
