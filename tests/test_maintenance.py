@@ -151,8 +151,8 @@ def test_a_refused_compaction_never_deletes_its_merged_file_and_gc_does_once_no_
     refused compaction (retention moved the partition between its plan and its publish) leaves the file, unnamed,
     and GC deletes it only after ``MAX_PUBLISH_MS`` plus ``CLOCK_SKEW_MS``, whatever its grace."""
     from coordinator.decisions import MAX_PUBLISH_MS
-    from coordinator.maintenance.common import CLOCK_SKEW_MS
     from coordinator.layout import data_dir
+    from coordinator.maintenance.common import CLOCK_SKEW_MS
 
     store = backend.open()
     make_topic(store, partitions=1)

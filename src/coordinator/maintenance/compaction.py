@@ -64,8 +64,8 @@ def compact_partition(
     """Merge small segments of one partition. Concurrent commits are fine (they never change the layout of
     existing offsets); a compaction that raced another one or retention is refused, and its merged file is left to
     GC, which deletes it once no replace can publish it (never on an answer that cannot prove it unpublished). A
-    merged file is stamped ``staged_at`` on the store's clock (:mod:`coordinator.clock`), as entry times are, before it is
-    written; ``now`` overrides that time (ms, tests).
+    merged file is stamped ``staged_at`` on the store's clock (:mod:`coordinator.clock`), as entry times are, before
+    it is written; ``now`` overrides that time (ms, tests).
 
     Raises:
         InvalidOptionError: non-positive target.
