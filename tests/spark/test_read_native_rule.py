@@ -1,6 +1,6 @@
 """``txnsource.enable_native``: ``spark.read.format("txnlog")`` batch scans read by Spark's own Parquet reader, with
-the data source's rows, schema, snapshot rule (one DataFrame, one snapshot) and errors, and the data source wherever the native
-path does not apply."""
+the data source's rows, schema, snapshot rule (one DataFrame, one snapshot) and errors, and the data source wherever
+the native path does not apply."""
 
 from __future__ import annotations
 
