@@ -35,6 +35,8 @@ from __future__ import annotations
 import logging
 import posixpath
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -58,6 +60,10 @@ MAX_SCAN_FILES = 256
 #: The column Spark's Parquet reader fills with each row's index in its file when the read schema names it (what
 #: ``_metadata.row_index`` reads, without the per-row struct of metadata fields that ``_metadata`` costs).
 ROW_COLUMN = "_tmp_metadata_row_index"
+#: The plans of pinned reads kept (each a DataFrame's first plan, reused by its later actions).
+PLANS_KEPT = 256
+_plans: OrderedDict[tuple[str, str], list[NativeScan]] = OrderedDict()
+_plans_lock = threading.Lock()
 
 
 class NativeUnavailable(Exception):  # noqa: N818 - a reason, not an error the caller sees
@@ -343,6 +349,25 @@ def projection(spark: SparkSession, schema: StructType | str | None, full: Struc
     return given
 
 
+def _planned(store: Store, coord: TransactionCoordinator, opts: ReadOptions, root: str,
+             pin: ReadPin) -> list[NativeScan]:
+    """:func:`plan_scans`, once per pin (a DataFrame) and read: later actions of a DataFrame read the files its first
+    plan chose, as the data source's do (Spark keeps the data source's first plan), so the rule on or off gives the
+    same rows even after retention moved past them (until the garbage collector deletes them)."""
+    key = (pin.token, repr(opts))
+    with _plans_lock:
+        known = _plans.get(key)
+        if known is not None:
+            _plans.move_to_end(key)
+            return known
+    scans = plan_scans(store, coord, opts, root, pin)
+    with _plans_lock:
+        _plans[key] = scans
+        while len(_plans) > PLANS_KEPT:
+            _plans.popitem(last=False)
+    return scans
+
+
 def native_frame(spark: SparkSession, opts: ReadOptions, schema: StructType | str | None,
                  pin: ReadPin | None = None) -> DataFrame:
     """The native DataFrame of a read (``readPath`` aside) at ``pin``'s snapshot (None: pinned now, or at
@@ -373,7 +398,7 @@ def native_frame(spark: SparkSession, opts: ReadOptions, schema: StructType | st
         check_types(list(metas.values()))
         full = to_spark_schema(union_schema(list(metas.values())))
         out = projection(spark, schema, full, list(metas.values()))
-        scans = plan_scans(store, coord, opts, root, pin)
+        scans = _planned(store, coord, opts, root, pin)
     finally:
         store.close()
     if not scans:

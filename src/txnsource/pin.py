@@ -13,15 +13,18 @@ pinned when it is analysed), and a new ``load()`` sees newer commits. The native
 (:func:`coordinator.asof.snapshot_at`), the same whenever and however often it is read, for as long as the log and
 the data it needs are retained.
 
-A pin holds offsets, not files: every plan reads the pinned offset ranges from the partitions' current index
-(compaction keeps offsets), and a read whose records retention removed since the pin fails naming them
-(:func:`check_retained`), never reading another cut.
+A pin holds offsets, not files. The first plan of a DataFrame reads the pinned offset ranges from the partitions'
+current index (compaction keeps offsets) and fails, naming them, when retention removed records of the snapshot
+since the pin (:func:`check_retained`), never reading another cut. Later actions reuse that first plan (Spark keeps
+the data source's; the native path keeps its own under the pin's token), so they read the same files until the
+garbage collector deletes them.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from coordinator.errors import OffsetOutOfRangeError
@@ -43,11 +46,14 @@ class ReadPin:
         topics: the topics read (``subscribePattern`` resolved when the pin was taken).
         snapshot: the cut of every partition of those topics.
         explicit: whether ``asOfSeq`` / ``versionAsOf`` chose it.
+        token: tells this pin (one DataFrame's) from every other, equal or not: the native path keeps a
+            DataFrame's first plan under it, as Spark keeps the data source's (see :mod:`txnsource.nativerule`).
     """
 
     topics: tuple[str, ...]
     snapshot: Snapshot
     explicit: bool = False
+    token: str = field(default_factory=lambda: uuid.uuid4().hex, compare=False)
 
     @property
     def seq(self) -> int:
