@@ -52,10 +52,11 @@ def rule(spark: Any, request: pytest.FixtureRequest) -> Iterator[bool]:
 
 class Committer:
     """A thread committing transactions of two records (ids ``n`` in partition 0 and ``-n - 1`` in partition 1,
-    key ``k`` = ``n % 5``) until stopped."""
+    name ``k{n % 5}``), one every ``pause`` seconds, until stopped or ``most`` are committed (the topic stays small
+    enough for slow clusters to read in time)."""
 
-    def __init__(self, lake: str, tid: str = "busy") -> None:
-        self.lake, self.tid = lake, tid
+    def __init__(self, lake: str, tid: str = "busy", *, pause: float = 0.02, most: int = 600) -> None:
+        self.lake, self.tid, self.pause, self.most = lake, tid, pause, most
         self.stop = threading.Event()
         self.errors: list[BaseException] = []
         self.thread = threading.Thread(target=self.run, daemon=True)
@@ -65,7 +66,7 @@ class Committer:
             producer = Producer(self.lake, self.tid, config=ProducerConfig(segment_target_bytes=1 << 30))
             producer.init_transactions()
             n = 0
-            while not self.stop.is_set():
+            while n < self.most and not self.stop.wait(self.pause):
                 with producer.transaction():
                     producer.send("busy", [{"id": n, "name": f"k{n % 5}"}], partition=0)
                     producer.send("busy", [{"id": -n - 1, "name": f"k{n % 5}"}], partition=1)
@@ -253,3 +254,4 @@ def test_one_snapshot_per_dataframe_on_a_cluster_and_through_connect(tmp_path: P
     assert len(results) == (4 if where == "local-cluster" else 2)
     for got in results:
         check_one_snapshot(got)
+    assert len({len(got["first"]) for got in results}) > 1, "no commit happened between the queries"
