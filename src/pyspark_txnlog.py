@@ -15,7 +15,7 @@ neither imports the other.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyspark.sql.datasource import DataSource
 
@@ -48,10 +48,20 @@ class DefaultSource(DataSource):
 
         return read_schema(self.options)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The instance as Spark pickles it, once, when it creates the source of a DataFrame; every scan of the
+        DataFrame unpickles that copy. A read's snapshot is pinned here, so every scan and every action of one
+        DataFrame reads the same one (:mod:`txnsource.pin`)."""
+        if "_pin" not in self.__dict__:
+            from txnsource import pin_read
+
+            self._pin = pin_read(self.options)
+        return self.__dict__
+
     def reader(self, schema: StructType) -> DataSourceReader:
         from txnsource import make_reader
 
-        return make_reader(self.options, schema)
+        return make_reader(self.options, schema, self.__dict__.get("_pin"))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from txnsource import make_stream_reader

@@ -4,7 +4,9 @@ Entry points for :class:`pyspark_txnlog.DefaultSource`:
 
 * :func:`read_schema`: the read schema (topic columns, united by name across topics, then ``_topic``,
   ``_partition``, ``_offset``, ``_timestamp``, ``_producerTimestamp``);
-* :func:`make_reader`: the batch reader (one transaction-consistent snapshot per read, segment-range planning,
+* :func:`pin_read`: the snapshot a DataFrame pins when Spark creates its source (one DataFrame, one snapshot:
+  :mod:`txnsource.pin`);
+* :func:`make_reader`: the batch reader (the pinned transaction-consistent snapshot, segment-range planning,
   filter pushdown on the metadata columns);
 * :func:`make_stream_reader`: the micro-batch reader (admission control as Spark's Kafka source,
   ``Trigger.AvailableNow``, consumer-group progress, ``latestOffset`` in progress reports).
@@ -25,6 +27,7 @@ from txnsource.batch import TxnLogBatchReader, TxnLogPushdownReader, make_batch_
 from txnsource.native import read
 from txnsource.nativerule import disable_native, enable_native, native_enabled
 from txnsource.options import ReadOptions, parse_options
+from txnsource.pin import PinFailure, ReadPin, pin_read
 from txnsource.stream import TxnLogStreamReader, make_stream_reader
 
 if TYPE_CHECKING:
@@ -32,8 +35,9 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 __all__ = [
-    "ReadOptions", "TxnLogBatchReader", "TxnLogPushdownReader", "TxnLogStreamReader", "disable_native",
-    "enable_native", "make_reader", "make_stream_reader", "native_enabled", "parse_options", "read", "read_schema",
+    "PinFailure", "ReadOptions", "ReadPin", "TxnLogBatchReader", "TxnLogPushdownReader", "TxnLogStreamReader",
+    "disable_native", "enable_native", "make_reader", "make_stream_reader", "native_enabled", "parse_options",
+    "pin_read", "read", "read_schema",
 ]
 
 
@@ -57,10 +61,13 @@ def read_schema(options: Mapping[str, str]) -> StructType:
     return to_spark_schema(union_schema([get_topic(store, t) for t in opts.topics]))
 
 
-def make_reader(options: Mapping[str, str], schema: StructType) -> DataSourceReader:
-    """The batch reader (see :mod:`txnsource.batch`).
+def make_reader(options: Mapping[str, str], schema: StructType,
+                pin: ReadPin | PinFailure | None = None) -> DataSourceReader:
+    """The batch reader (see :mod:`txnsource.batch`) of ``pin``'s snapshot (from :func:`pin_read`; None: a snapshot
+    taken when the read is planned).
 
     Raises:
         InvalidOptionError: a bad option.
+        Whatever taking the pin raised (kept in a :class:`PinFailure`).
     """
-    return make_batch_reader(options, schema)
+    return make_batch_reader(options, schema, pin)

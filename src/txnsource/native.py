@@ -18,10 +18,10 @@ existed, as the Python reader gives).
 Columns a query does not use are never read: Spark's pruning sees plain expressions. A committed file that is
 missing or unreadable when the query runs fails it, whatever ``spark.sql.files.ignore*Files`` say.
 
-Same rows, same schema and the same ``read_committed`` snapshot semantics as ``spark.read.format("txnlog")``, with
-one difference: the snapshot is taken when :func:`read` is called and pinned in the DataFrame (every action on it
-reads the same rows), where the data source takes a new snapshot per action. A DataFrame kept past the garbage
-collector's grace period after a compaction may find its files gone: call :func:`read` again.
+Same rows, same schema and the same snapshot rule as ``spark.read.format("txnlog")``: the snapshot is taken when
+:func:`read` is called (or given by ``asOfSeq``) and pinned in the DataFrame, so every action on it reads the same
+rows (:mod:`txnsource.pin`). A DataFrame kept past the garbage collector's grace period after a compaction may find
+its files gone: call :func:`read` again.
 
 The native path applies when Spark's file system reaches the store (a local path; ``s3://`` through ``s3a://`` when
 ``hadoop-aws`` is on Spark's classpath, credentials passed as read options, never set on the session), the read is
@@ -35,6 +35,8 @@ from __future__ import annotations
 import logging
 import posixpath
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -46,8 +48,10 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
+    from coordinator.coordinator import TransactionCoordinator
     from coordinator.store import Store
     from coordinator.topics import TopicMeta
+    from txnsource.pin import ReadPin
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +60,10 @@ MAX_SCAN_FILES = 256
 #: The column Spark's Parquet reader fills with each row's index in its file when the read schema names it (what
 #: ``_metadata.row_index`` reads, without the per-row struct of metadata fields that ``_metadata`` costs).
 ROW_COLUMN = "_tmp_metadata_row_index"
+#: The plans of pinned reads kept (each a DataFrame's first plan, reused by its later actions).
+PLANS_KEPT = 256
+_plans: OrderedDict[tuple[str, str], list[NativeScan]] = OrderedDict()
+_plans_lock = threading.Lock()
 
 
 class NativeUnavailable(Exception):  # noqa: N818 - a reason, not an error the caller sees
@@ -214,31 +222,34 @@ def _file(root: str, partition: int, seg: Any, skip: int, rows: int) -> NativeFi
                       seg.ptime)
 
 
-def plan_scans(store: Store, opts: ReadOptions, root: str) -> list[NativeScan]:
-    """Take the snapshot and resolve it into scans: per topic, at most :data:`MAX_SCAN_FILES` files each, any
-    two of them of different sizes or different names (:func:`_apart`).
+def plan_scans(store: Store, coord: TransactionCoordinator, opts: ReadOptions, root: str,
+               pin: ReadPin) -> list[NativeScan]:
+    """Resolve ``pin``'s snapshot into scans: per topic, at most :data:`MAX_SCAN_FILES` files each, any two of them
+    of different sizes or different names (:func:`_apart`).
 
     Raises:
         NativeUnavailable: ``read_uncommitted``, ``maxRecordsPerPartition``, or an Arrow IPC segment.
         InvalidOptionError: an offset option does not fit the topics.
+        OffsetOutOfRangeError: retention removed records of the pinned snapshot since it was pinned.
         CorruptLogError: a committed segment is missing or its size differs from its commit record.
     """
-    from coordinator.coordinator import TransactionCoordinator
     from coordinator.errors import CorruptLogError
     from coordinator.layout import data_dir
     from coordinator.reader import READ_UNCOMMITTED
     from txnsource.offsets import batch_ranges, take_snapshot
+    from txnsource.pin import check_retained
 
     if opts.isolation == READ_UNCOMMITTED:
         raise NativeUnavailable("read_uncommitted reads staged files, which only the Python reader lists")
     if opts.max_records_per_partition is not None:
         raise NativeUnavailable("maxRecordsPerPartition splits tasks by record count, which only the Python reader "
                                 "does (Spark's Parquet scan splits by bytes)")
-    coord = TransactionCoordinator(store)
-    snap = take_snapshot(coord, opts)
+    snap = take_snapshot(coord, opts, pin.snapshot)
+    ranges = batch_ranges(opts, snap, coord)
+    check_retained(coord, ranges, pin)
     groups: dict[str, list[_Group]] = {}
     listed: dict[str, list[str]] = {}
-    for (topic, p), (start, end) in sorted(batch_ranges(opts, snap, coord).items()):
+    for (topic, p), (start, end) in sorted(ranges.items()):
         if end <= start:
             continue
         plog = coord.partition(topic, p)
@@ -338,17 +349,41 @@ def projection(spark: SparkSession, schema: StructType | str | None, full: Struc
     return given
 
 
-def native_frame(spark: SparkSession, opts: ReadOptions, schema: StructType | str | None) -> DataFrame:
-    """The native DataFrame of a read (``readPath`` aside): :func:`read`'s, and what
-    :func:`txnsource.enable_native` puts in place of a ``format("txnlog")`` scan.
+def _planned(store: Store, coord: TransactionCoordinator, opts: ReadOptions, root: str,
+             pin: ReadPin) -> list[NativeScan]:
+    """:func:`plan_scans`, once per pin (a DataFrame) and read: later actions of a DataFrame read the files its first
+    plan chose, as the data source's do (Spark keeps the data source's first plan), so the rule on or off gives the
+    same rows even after retention moved past them (until the garbage collector deletes them)."""
+    key = (pin.token, repr(opts))
+    with _plans_lock:
+        known = _plans.get(key)
+        if known is not None:
+            _plans.move_to_end(key)
+            return known
+    scans = plan_scans(store, coord, opts, root, pin)
+    with _plans_lock:
+        _plans[key] = scans
+        while len(_plans) > PLANS_KEPT:
+            _plans.popitem(last=False)
+    return scans
+
+
+def native_frame(spark: SparkSession, opts: ReadOptions, schema: StructType | str | None,
+                 pin: ReadPin | None = None) -> DataFrame:
+    """The native DataFrame of a read (``readPath`` aside) at ``pin``'s snapshot (None: pinned now, or at
+    ``asOfSeq``): :func:`read`'s, and what :func:`txnsource.enable_native` puts in place of a ``format("txnlog")``
+    scan (with the pin of that scan's data source).
 
     Raises:
         NativeUnavailable: the native path does not apply (the reason).
         InvalidOptionError, TopicNotFoundError, SchemaMismatchError, CorruptLogError: as :func:`read`.
+        OffsetOutOfRangeError: retention removed records of the pinned snapshot since it was pinned.
     """
     from coordinator import open_store
-    from coordinator.topics import get_topic, list_topics
+    from coordinator.coordinator import TransactionCoordinator
+    from coordinator.topics import get_topic
     from txnsource.options import with_topics
+    from txnsource.pin import take_pin
     from txnsource.scans import scan_frame
     from txnsource.schema import to_spark_schema, union_schema
 
@@ -358,12 +393,15 @@ def native_frame(spark: SparkSession, opts: ReadOptions, schema: StructType | st
                                 "the data source reads, natively on a server with txnlog's session extension")
     store = open_store(opts.path, opts.store)
     try:
-        opts = with_topics(opts, list_topics(store)) if opts.pattern is not None else opts
+        coord = TransactionCoordinator(store)
+        if pin is None:
+            pin = take_pin(store, coord, opts)
+        opts = with_topics(opts, list(pin.topics))
         metas = {t: get_topic(store, t) for t in opts.topics}
         check_types(list(metas.values()))
         full = to_spark_schema(union_schema(list(metas.values())))
         out = projection(spark, schema, full, list(metas.values()))
-        scans = plan_scans(store, opts, root)
+        scans = _planned(store, coord, opts, root, pin)
     finally:
         store.close()
     if not scans:

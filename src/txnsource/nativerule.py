@@ -10,8 +10,10 @@ reach it.
 dozen lines of Java shipped in txnlog's jar (:mod:`coordinator.jvm`) and loaded at run time: no ``spark.jars``, no
 static configuration) that replaces each batch scan of ``format("txnlog")`` by the plan :func:`txnsource.read` builds
 for the same options and columns, whenever the native path applies (``readPath`` = ``auto`` or ``native``). The rule
-calls back into this driver process through py4j, once per scan each time a query is optimized, so every action
-takes a new committed snapshot, as the data source does. Where the native path does not apply (read_uncommitted,
+calls back into this driver process through py4j, once per scan each time a query is optimized, handing over the
+scan's data source as Spark pickled it when the DataFrame was created: the plan reads the snapshot pinned there
+(:mod:`txnsource.pin`), so every scan and every action of one DataFrame reads one snapshot, the same one the data
+source reads with the rule off. Where the native path does not apply (read_uncommitted,
 Arrow IPC segments, a store Spark's file system does not reach, ...), or the planning fails for any reason, the
 scan stays the Python data source's, which then reads or reports the error as it always does; ``readPath`` =
 ``native`` makes such a read fail instead, naming the reason, and ``readPath`` = ``python`` keeps the data source.
@@ -53,13 +55,15 @@ class _Planner:
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
 
-    def plan(self, options_json: str, schema_json: str) -> Any:
+    def plan(self, options_json: str, schema_json: str, source: bytes | None) -> Any:
         """The scan's Dataset (a py4j object), an error text (``readPath`` = ``native`` that cannot be honoured),
-        or None (the data source reads), for the scan's options given as one JSON object."""
+        or None (the data source reads), for the scan's options given as one JSON object and its data source as
+        Spark pickled it (None when the rule could not get it: the data source then reads)."""
         from pyspark.sql.types import StructType
 
         from txnsource.native import NativeUnavailable, native_frame
         from txnsource.options import parse_options
+        from txnsource.pin import ReadPin
 
         text = {str(k): str(v) for k, v in json.loads(options_json).items()}
         try:
@@ -68,9 +72,12 @@ class _Planner:
             return None
         if opts.read_path == "python":
             return None
+        pin = _pin_of(source)
+        if not isinstance(pin, ReadPin):
+            return None  # the data source reads, and reports why its pin failed
         try:
             schema = StructType.fromJson(json.loads(schema_json))
-            return native_frame(self.spark, opts, schema)._jdf
+            return native_frame(self.spark, opts, schema, pin)._jdf
         except NativeUnavailable as why:
             if opts.read_path == "native":
                 return f"option 'readPath' = 'native' cannot read this: {why}"
@@ -78,6 +85,21 @@ class _Planner:
         except Exception as exc:  # noqa: BLE001 - the data source plans again and reports it as it always does
             log.info("txnlog: native planning failed (%s); the Python data source reads", type(exc).__name__)
         return None
+
+
+def _pin_of(source: bytes | None) -> object:
+    """The pin of the data source Spark pickled (``pyspark_txnlog.DefaultSource``), or None."""
+    import pickle
+
+    if not source:
+        return None
+    try:
+        instance = pickle.loads(bytes(source))  # noqa: S301 - bytes Spark pickled in this application's workers
+    except Exception as exc:  # noqa: BLE001 - the data source reads
+        log.info("txnlog: the scan's data source does not unpickle here (%s); the Python data source reads",
+                 type(exc).__name__)
+        return None
+    return getattr(instance, "__dict__", {}).get("_pin")
 
 
 def enable_native(spark: SparkSession) -> None:

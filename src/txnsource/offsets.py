@@ -29,8 +29,9 @@ def _spec_text(spec: OffsetSpec | TimestampSpec) -> str:
                                                            for t, ps in spec.items()})
 
 
-def take_snapshot(coord: TransactionCoordinator, opts: ReadOptions) -> Snapshot:
-    """A snapshot of the topics ``opts`` reads, narrowed to the ``assign`` partitions when given.
+def take_snapshot(coord: TransactionCoordinator, opts: ReadOptions, pinned: Snapshot | None = None) -> Snapshot:
+    """A snapshot of the topics ``opts`` reads (``pinned``, or one taken now), narrowed to the ``assign`` partitions
+    when given.
 
     Raises:
         TopicNotFoundError: a topic does not exist.
@@ -38,7 +39,7 @@ def take_snapshot(coord: TransactionCoordinator, opts: ReadOptions) -> Snapshot:
     """
     from coordinator.coordinator import Snapshot
 
-    snap = coord.snapshot(opts.topics)
+    snap = pinned if pinned is not None else coord.snapshot(opts.topics)
     if opts.assign is None:
         return snap
     ends: dict[str, dict[int, int]] = {}

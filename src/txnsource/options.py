@@ -22,6 +22,11 @@ Where to start and end (timestamp options win over offset options, as in Spark's
     ``latest``. In JSON, ``-2`` means earliest and ``-1`` latest.
 ``endingOffsets``
     Batch only (exclusive): ``latest`` (default), ``earliest`` or JSON.
+``asOfSeq`` (synonym ``versionAsOf``; not both)
+    Batch only: read the snapshot as of transaction log entry N (every transaction committed at or before it, no
+    other; :mod:`coordinator.asof`). Without it a DataFrame reads the snapshot taken when it was created
+    (:mod:`txnsource.pin`). Refused, naming the reason, when N is beyond the log, when log truncation removed what
+    rebuilding it needs, or when retention since removed records the read needs.
 ``startingTimestamp`` / ``endingTimestamp``
     Epoch milliseconds, for every partition read: the first offset committed at or after that time (``_timestamp``
     is the commit time; records carry no producer time, so this is Kafka's ``LogAppendTime``).
@@ -123,10 +128,12 @@ _COMMON_KEYS = frozenset({*_SUBSCRIBE_KEYS, "path", "startingoffsets", "starting
 STREAM_ONLY_KEYS = frozenset({"maxrecordspertrigger", "maxoffsetspertrigger", "minoffsetspertrigger",
                               "maxtriggerdelay", "maxbytespertrigger", "groupid"})
 #: Options only ``read`` takes (a stream refuses them).
-BATCH_ONLY_KEYS = frozenset({"endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp"})
+BATCH_ONLY_KEYS = frozenset({"endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp", "asofseq",
+                             "versionasof"})
 _SPELLING = {k.lower(): k for k in (
     "maxRecordsPerTrigger", "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
-    "maxBytesPerTrigger", "groupId", "endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")}
+    "maxBytesPerTrigger", "groupId", "endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp", "asOfSeq",
+    "versionAsOf")}
 _SECRET_KEYS = frozenset({"s3.key", "s3.secret", "s3.token"})
 _SECRET_WORDS = ("key", "secret", "token", "password", "credential")
 
@@ -156,6 +163,7 @@ class ReadOptions:
         max_records_per_partition: at most this many records per Spark input partition, or None.
         min_partitions: lower bound on the number of input partitions, or None.
         read_path: ``auto``, ``python`` or ``native`` (see :func:`txnsource.read`).
+        as_of_seq: ``asOfSeq`` / ``versionAsOf``: the log entry whose snapshot a batch read takes, or None.
         store: store access options (credentials hidden from ``repr``).
     """
 
@@ -181,6 +189,7 @@ class ReadOptions:
     max_records_per_partition: int | None = None
     min_partitions: int | None = None
     read_path: str = "auto"
+    as_of_seq: int | None = None
     store: StoreOptions = field(default_factory=StoreOptions, repr=False)
 
     @property
@@ -261,6 +270,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None) -> Read
         max_records_per_partition=positive_int("maxRecordsPerPartition", lower.get("maxrecordsperpartition")),
         min_partitions=positive_int("minPartitions", lower.get("minpartitions")),
         read_path=parse_read_path(lower.get("readpath")),
+        as_of_seq=_as_of_seq(lower),
         store=StoreOptions.from_options(lower),
     )
     if streaming is False:
@@ -325,6 +335,23 @@ def _max_records(lower: Mapping[str, str]) -> int | None:
         raise InvalidOptionError(f"options 'maxRecordsPerTrigger' = {rows} and 'maxOffsetsPerTrigger' = {offsets} "
                                  "are synonyms: give one")
     return rows if rows is not None else offsets
+
+
+def _as_of_seq(lower: Mapping[str, str]) -> int | None:
+    given = {k: lower[k] for k in ("asofseq", "versionasof") if lower.get(k, "").strip()}
+    if len(given) > 1:
+        raise InvalidOptionError(f"options 'asOfSeq' = {given['asofseq']!r} and 'versionAsOf' = "
+                                 f"{given['versionasof']!r} are synonyms: give one")
+    for key, raw in given.items():
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            raise InvalidOptionError(f"option {_SPELLING[key]!r} = {raw!r} is not an integer (a transaction log "
+                                     "entry number)") from None
+        if value < 0:
+            raise InvalidOptionError(f"option {_SPELLING[key]!r} = {raw!r} must be a log entry number >= 0")
+        return value
+    return None
 
 
 def _may_be_secret(key: str) -> bool:

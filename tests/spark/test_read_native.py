@@ -32,6 +32,7 @@ from coordinator.layout import data_dir
 from coordinator.maintenance import compact_partition
 from txnsource.native import plan_scans, spark_root
 from txnsource.options import parse_options
+from txnsource.pin import take_pin
 from txnsource.scans import COMPUTED
 
 pytestmark = pytest.mark.spark
@@ -183,7 +184,9 @@ def test_files_of_equal_size_share_a_scan_told_apart_by_name(spark: Any, lake: s
     sizes = [s.size for s in TransactionCoordinator(open_store(lake)).partition("twins", 0).segments]
     assert len(set(sizes)) == 1
     opts = parse_options({"path": lake, "topic": "twins"}, streaming=False)
-    (scan,) = plan_scans(open_store(lake), opts, spark_root(opts))
+    store = open_store(lake)
+    coord = TransactionCoordinator(store)
+    (scan,) = plan_scans(store, coord, opts, spark_root(opts), take_pin(store, coord, opts))
     assert scan.paths == (f"{spark_root(opts)}/{data_dir('twins', 0)}",) and scan.glob is not None  # one listing
     expect = [(i, (i // 10 - 1) * 5 + i % 10) for i in (*range(10, 15), *range(20, 25), *range(30, 35))]
     for lo, hi in ((0, 15), (7, 12)):

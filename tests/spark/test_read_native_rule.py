@@ -1,6 +1,6 @@
 """``txnsource.enable_native``: ``spark.read.format("txnlog")`` batch scans read by Spark's own Parquet reader, with
-the data source's rows, schema, snapshot-per-action semantics and errors, and the data source wherever the native
-path does not apply."""
+the data source's rows, schema, snapshot rule (one DataFrame, one snapshot) and errors, and the data source wherever
+the native path does not apply."""
 
 from __future__ import annotations
 
@@ -79,18 +79,19 @@ def test_a_given_schema_is_the_projection(spark: Any, orders: str) -> None:
     assert_df_equality(nat, py, ignore_row_order=True)
 
 
-def test_every_action_takes_a_new_snapshot_as_the_data_source_does(native: Any, orders: str) -> None:
+def test_every_action_of_a_dataframe_reads_its_snapshot_as_the_data_source_does(native: Any, orders: str) -> None:
     df = reader(native, orders, topic="orders")
     assert df.count() == 15
     produce(orders, "orders", [rows(200, 4)], partition=1, tid="later")
-    assert df.count() == 19
+    assert df.count() == 15
     assert parquet_scans(df) == 1
+    assert reader(native, orders, topic="orders").count() == 19
 
 
 def test_a_snapshot_planned_again_reuses_its_scan_with_new_columns(native: Any, orders: str) -> None:
     """A query over a snapshot already planned takes its file relation again without listing the files (Spark's
     files-discovered counter stays put), with new column ids: two scans of one snapshot in a self-join stay two
-    relations. A commit makes a new snapshot, whose files are listed."""
+    relations. A commit makes a new snapshot for a new load(), whose files are listed."""
     discovered = native._jvm.org.apache.spark.metrics.source.HiveCatalogMetrics.METRIC_FILES_DISCOVERED()
     df = reader(native, orders, topic="orders")
     assert df.count() == 15
@@ -107,7 +108,9 @@ def test_a_snapshot_planned_again_reuses_its_scan_with_new_columns(native: Any, 
     assert discovered.getCount() == before
 
     produce(orders, "orders", [rows(300, 2)], partition=1, tid="again")
-    assert df.count() == 17
+    assert df.count() == 15
+    assert discovered.getCount() == before
+    assert reader(native, orders, topic="orders").count() == 17
     assert discovered.getCount() > before
 
 
@@ -181,14 +184,16 @@ def test_a_session_without_a_driver_jvm_is_refused() -> None:
     assert not txnsource.native_enabled(Remote())  # type: ignore[arg-type]
 
 
-def test_a_producer_commit_between_load_and_action_is_read_whole(native: Any, orders: str) -> None:
+def test_a_producer_commit_after_load_is_left_out_and_a_new_load_reads_it_whole(native: Any, orders: str) -> None:
     df = reader(native, orders, topic="orders").where("_partition = 0")
     p = Producer(orders, "whole")
     p.init_transactions()
     with p.transaction():
         p.send("orders", rows(300, 3), partition=0)
         p.send("orders", rows(400, 2), partition=1)
-    assert ids(df) == list(range(10)) + [300, 301, 302]
+    assert ids(df) == list(range(10))  # the DataFrame's snapshot was pinned at load()
+    assert ids(reader(native, orders, topic="orders")) == list(range(10)) + [100, 101, 102, 103, 104, 300, 301, 302,
+                                                                              400, 401]
 
 
 def test_s3_without_hadoop_aws_stays_with_the_data_source_and_native_says_why(native: Any, s3_lake: Any) -> None:

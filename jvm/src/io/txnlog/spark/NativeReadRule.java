@@ -11,8 +11,10 @@ import org.apache.spark.sql.catalyst.expressions.NamedExpression;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.Project;
 import org.apache.spark.sql.catalyst.rules.Rule;
+import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2ScanRelation;
+import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
 import org.apache.spark.sql.internal.SQLConf;
 
 import scala.jdk.javaapi.CollectionConverters;
@@ -22,8 +24,9 @@ import scala.jdk.javaapi.CollectionConverters;
  * Python data source {@code txnlog} by the plan of Spark's own Parquet reader over the same committed snapshot.
  *
  * <p>Contract: the planner (a Python object of the driver, reached through py4j) is called once per scan each time a
- * query is optimized, with the scan's options (one JSON object: a map would cost a round trip per entry) and output
- * schema (JSON); it returns a classic {@code Dataset} whose columns have the scan's names and types in the scan's
+ * query is optimized, with the scan's options (one JSON object: a map would cost a round trip per entry), output
+ * schema (JSON) and Python data source instance as Spark pickled it when the DataFrame was created (the instance every
+ * scan of the data source unpickles, which pins the DataFrame's snapshot; null when it cannot be had); it returns a classic {@code Dataset} whose columns have the scan's names and types in the scan's
  * order, a {@code String} (an error: the read must not fall back), or null (keep the Python data source). The
  * replacement is a projection that gives every column of the Dataset the expression id of the scan's column, so
  * everything above the scan reads it unchanged. A scan is never replaced while Spark's Python filter pushdown is on:
@@ -32,7 +35,7 @@ import scala.jdk.javaapi.CollectionConverters;
 public class NativeReadRule extends Rule<LogicalPlan> {
     /** Plans a native read: see the class comment. */
     public interface Planner {
-        Object plan(String optionsJson, String schemaJson);
+        Object plan(String optionsJson, String schemaJson, byte[] source);
     }
 
     /** The Spark configuration under which the data source receives filters (and the plan no longer has them). */
@@ -67,7 +70,7 @@ public class NativeReadRule extends Rule<LogicalPlan> {
             return null;
         }
         Map<String, String> options = new HashMap<>(relation.options().asCaseSensitiveMap());
-        Object got = planner.plan(Options.toJson(options), scan.schema().json());
+        Object got = planner.plan(Options.toJson(options), scan.schema().json(), pickled(relation));
         if (got instanceof String) {
             throw new IllegalArgumentException((String) got);
         }
@@ -91,5 +94,26 @@ public class NativeReadRule extends Rule<LogicalPlan> {
                     scala.Option.empty(), CollectionConverters.asScala(new ArrayList<String>()).toSeq()));
         }
         return new Project(CollectionConverters.asScala(columns).toSeq(), child);
+    }
+
+    /**
+     * The relation's Python data source instance as Spark pickled it: the one its {@code PythonDataSourceV2} created
+     * (at {@code load()}, or, with a user-given schema, at the first plan) and every scan of it unpickles. Null when
+     * this Spark keeps it elsewhere, or creating it fails (the data source then reports the error).
+     */
+    private static byte[] pickled(DataSourceV2Relation relation) {
+        Table table = relation.table();
+        try {
+            java.lang.reflect.Field field = table.getClass().getDeclaredField("ds");
+            field.setAccessible(true);
+            Object ds = field.get(table);
+            if (!(ds instanceof PythonDataSourceV2)) {
+                return null;
+            }
+            return ((PythonDataSourceV2) ds).getOrCreateDataSourceInPython(table.name(), relation.options(),
+                    scala.Option.apply(table.schema())).dataSource();
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            return null;
+        }
     }
 }
