@@ -69,7 +69,8 @@ final class ExtensionReadRule extends Rule<LogicalPlan> {
         }
         Object got;
         try {
-            got = PythonSide.planner(session).plan(Options.toJson(options), relation.schema().json());
+            got = PythonSide.planner(session).plan(Options.toJson(options), relation.schema().json(),
+                    NativeReadRule.pickled(relation));
         } catch (PythonSide.Unavailable e) {
             if ("native".equals(mode)) {
                 throw new IllegalArgumentException(

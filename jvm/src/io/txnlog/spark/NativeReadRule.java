@@ -101,7 +101,7 @@ public class NativeReadRule extends Rule<LogicalPlan> {
      * (at {@code load()}, or, with a user-given schema, at the first plan) and every scan of it unpickles. Null when
      * this Spark keeps it elsewhere, or creating it fails (the data source then reports the error).
      */
-    private static byte[] pickled(DataSourceV2Relation relation) {
+    static byte[] pickled(DataSourceV2Relation relation) {
         Table table = relation.table();
         try {
             java.lang.reflect.Field field = table.getClass().getDeclaredField("ds");
