@@ -5,6 +5,7 @@ producers and readers then see."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -19,6 +20,7 @@ from coordinator import (
     create_topic,
     get_topic,
     list_topics,
+    open_store,
 )
 from coordinator import inspect as ti
 from coordinator.groups import apply_changes, plan_delete, plan_reset
@@ -136,3 +138,50 @@ def test_set_config_writes_a_new_version_with_checked_values(backend: Backend) -
     for bad in ({"retention.ms": "-1"}, {"retention.ms": "soon"}, {"cleanup.policy": "compact"}):
         with pytest.raises(InvalidOptionError):
             set_topic_config(store, "t", bad)
+
+
+def test_a_writer_that_read_the_topic_before_its_deletion_is_refused_at_commit(backend: Backend) -> None:
+    """A producer (or a Spark job, a running streaming query) that read the definition before the deletion used to
+    commit after it, into a folder no reader looks at; now the commit fails naming the topic, and nothing lands."""
+    _fill(backend, "gone", commits=1)
+    p = Producer(backend.open(), "long-lived")
+    p.init_transactions()
+    with p.transaction():
+        p.send("gone", [{"id": 1}], partition=0)  # the producer now holds the definition
+    delete_topic(backend.coordinator(), "gone")
+    seq = backend.coordinator().log.refresh().seq
+    p.begin_transaction()
+    p.send("gone", [{"id": 2}], partition=0)
+    with pytest.raises(TopicNotFoundError, match=r"topic 'gone' was deleted .*nothing was committed"):
+        p.commit_transaction()
+    p.abort_transaction()
+    assert backend.coordinator().log.refresh().seq == seq + 1  # the abort only: no commit
+    with pytest.raises(TopicNotFoundError):
+        plan_delete_topic(backend.open(), "gone")
+    assert list_topics(backend.open()) == []
+
+
+def test_creating_a_deleted_topic_again_is_refused_naming_it_and_what_to_do(backend: Backend) -> None:
+    _fill(backend, "gone", commits=1)
+    delete_topic(backend.coordinator(), "gone")
+    for exist_ok in (False, True):
+        with pytest.raises(TopicExistsError, match=r"topic 'gone' was deleted .*choose another name"):
+            create_topic(backend.open(), "gone", SCHEMA, 2, exist_ok=exist_ok)
+    fresh = Producer(backend.open(), "fresh")
+    fresh.init_transactions()
+    fresh.begin_transaction()
+    with pytest.raises(TopicNotFoundError, match=r"topic 'gone' was deleted .*another name"):
+        fresh.send("gone", [{"id": 1}])
+
+
+def test_txnlog_produce_refuses_a_deleted_topic_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from cli_lake import run
+
+    lake = str(tmp_path / "lake")
+    create_topic(open_store(lake), "gone", SCHEMA, 1)
+    delete_topic(TransactionCoordinator(open_store(lake)), "gone")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"id": 1}\n')
+    code, out, err = run(capsys, "--store", lake, "produce", "gone", str(rows))
+    assert code != 0 and "topic 'gone' was deleted" in err, (code, out, err)
+    assert TransactionCoordinator(open_store(lake)).log.refresh().seq == -1  # nothing was ever committed

@@ -44,7 +44,7 @@ from coordinator.records import (
     parse_txn_id,
 )
 from coordinator.store import Store
-from coordinator.topics import TopicMeta, get_topic, list_topics
+from coordinator.topics import TopicMeta, check_not_deleted, get_topic, list_topics
 from coordinator.txnlog import DEFAULT_CHECKPOINT_INTERVAL, TransactionLog
 from coordinator.txntypes import CommitResult, ProducerIdentity, Snapshot, _error, _offsets, _offsets_lenient
 
@@ -125,6 +125,15 @@ class TransactionCoordinator:
         return meta
 
     def _check_partitions(self, segs: Iterable[SegmentRef]) -> None:
+        """Every segment's partition exists, and no topic named was deleted since its definition was read (one read
+        of each topic's deleted marker: a writer that read the definition before a deletion is refused here,
+        not left committing where no reader looks).
+
+        Raises:
+            TopicNotFoundError: naming the topic or partition.
+        """
+        segs = list(segs)
+        parallel.pmap(lambda t: check_not_deleted(self.store, t), sorted({s.topic for s in segs}))
         for s in segs:
             if not 0 <= s.partition < self.topic(s.topic).partitions:
                 meta = get_topic(self.store, s.topic)
