@@ -140,9 +140,13 @@ def test_set_config_writes_a_new_version_with_checked_values(backend: Backend) -
             set_topic_config(store, "t", bad)
 
 
-def test_a_writer_that_read_the_topic_before_its_deletion_is_refused_at_commit(backend: Backend) -> None:
-    """A producer (or a Spark job, a running streaming query) that read the definition before the deletion used to
-    commit after it, into a folder no reader looks at; now the commit fails naming the topic, and nothing lands."""
+def test_a_writer_that_read_the_topic_before_its_deletion_is_refused_at_commit(
+        backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A producer that read the definition before the deletion used to commit after it, into a folder no reader
+    looks at; now its first commit after :data:`DELETED_RECHECK_S` fails naming the topic, and nothing lands."""
+    import coordinator.coordinator as cc
+
+    monkeypatch.setattr(cc, "DELETED_RECHECK_S", 0.2)
     _fill(backend, "gone", commits=1)
     p = Producer(backend.open(), "long-lived")
     p.init_transactions()
@@ -150,6 +154,7 @@ def test_a_writer_that_read_the_topic_before_its_deletion_is_refused_at_commit(b
         p.send("gone", [{"id": 1}], partition=0)  # the producer now holds the definition
     delete_topic(backend.coordinator(), "gone")
     seq = backend.coordinator().log.refresh().seq
+    time.sleep(0.3)
     p.begin_transaction()
     p.send("gone", [{"id": 2}], partition=0)
     with pytest.raises(TopicNotFoundError, match=r"topic 'gone' was deleted .*nothing was committed"):
@@ -185,3 +190,25 @@ def test_txnlog_produce_refuses_a_deleted_topic_naming_it(tmp_path: Path, capsys
     code, out, err = run(capsys, "--store", lake, "produce", "gone", str(rows))
     assert code != 0 and "topic 'gone' was deleted" in err, (code, out, err)
     assert TransactionCoordinator(open_store(lake)).log.refresh().seq == -1  # nothing was ever committed
+
+
+def test_a_spark_job_whose_topic_is_deleted_while_it_runs_commits_nothing(tmp_path: Path) -> None:
+    """The batch sink's driver read the definition before its tasks ran; the topic is deleted meanwhile. Its commit
+    used to publish the staged rows into the deleted topic; now it fails naming the topic, and Spark's abort decides
+    the transaction aborted. (The sink's commit protocol driven directly, as Spark drives it.)"""
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from txnsink import make_writer
+    from txnsink.staging import TaskIds, stage_batches
+
+    lake = str(tmp_path / "lake")
+    create_topic(open_store(lake), "gone", SCHEMA, 2)
+    w = make_writer({"path": lake, "topic": "gone"}, StructType([StructField("id", LongType())]), False)
+    msg = stage_batches(open_store(lake), w.plan, iter([pa.record_batch({"id": pa.array([1, 2, 3], pa.int64())})]),
+                        TaskIds(0, 0, 0), w.txn)
+    assert msg.segments
+    delete_topic(TransactionCoordinator(open_store(lake)), "gone")
+    with pytest.raises(TopicNotFoundError, match=r"topic 'gone' was deleted .*nothing was committed"):
+        w.commit([msg])
+    w.abort([msg])
+    assert TransactionCoordinator(open_store(lake)).txn_status(w.txn) == "aborted"  # never committed

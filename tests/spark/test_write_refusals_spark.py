@@ -159,8 +159,9 @@ def test_rows_routed_to_a_deleted_topic_by_column_fail_naming_it(spark: Any, lak
 
 def test_a_running_streaming_query_stops_at_a_deleted_topic_naming_it(spark: Any, lake: str,
                                                                        tmp_path: Path) -> None:
-    """A query planned its writes before the deletion; its next micro-batch used to commit into the deleted topic,
-    where no reader sees it. Now that micro-batch's commit fails naming the topic, and nothing more lands."""
+    """A query that wrote the topic before its deletion: its next micro-batch fails naming the topic (each
+    micro-batch's writer reads the definition again on the driver; a commit racing the deletion is refused by the
+    coordinator's own check, ``tests/test_admin.py``), and nothing more lands."""
     from pyspark.errors import StreamingQueryException
 
     src = tmp_path / "in"
