@@ -262,8 +262,8 @@ def stage_batches(
     the end. Without a key or partition column, a topic's rows are staged a whole segment at a time to its
     partitions in turn, from partition ``(plan.rotation + ids.partition) % partitions``, and the last rows split
     to even out the partitions' shares of the task's rows (so a task of fewer than ``target_bytes`` spreads its
-    rows evenly over every partition, a retried attempt of it exactly as the first). File names start with the transaction id ``txn`` (so GC can tell from a name whether a commit may still
-    name it).
+    rows evenly over every partition, a retried attempt of it exactly as the first). File names start with the
+    transaction id ``txn`` (so GC can tell from a name whether a commit may still name it).
 
     If anything fails, the segments this call staged are deleted (best effort) before the error propagates: no
     commit message names them, so nothing can.
