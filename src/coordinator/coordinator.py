@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterable, Mapping
 
 from coordinator import faults, parallel, sweeps
@@ -44,7 +45,7 @@ from coordinator.records import (
     parse_txn_id,
 )
 from coordinator.store import Store
-from coordinator.topics import TopicMeta, get_topic, list_topics
+from coordinator.topics import TopicMeta, check_not_deleted, get_topic, list_topics
 from coordinator.txnlog import DEFAULT_CHECKPOINT_INTERVAL, TransactionLog
 from coordinator.txntypes import CommitResult, ProducerIdentity, Snapshot, _error, _offsets, _offsets_lenient
 
@@ -55,6 +56,10 @@ DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS = 7 * 24 * 3600 * 1000
 GROUP_TID_PREFIX = "__group__."
 #: The durable form of a removed committed offset (group deletion).
 REMOVED = -1
+#: A commit reads the deleted marker of each topic it names unless this coordinator found it absent less than this
+#: many seconds ago (by this process's monotonic clock): a warm writer learns of a deletion within this long, and
+#: pays a round trip per topic at most this often. Not a safety bound (no guarantee rests on it).
+DELETED_RECHECK_S = 5.0
 
 
 class TransactionCoordinator:
@@ -79,6 +84,8 @@ class TransactionCoordinator:
         self.transactional_id_expiration_ms = transactional_id_expiration_ms
         self._partitions: dict[tuple[str, int], PartitionLog] = {}
         self._topics: dict[str, TopicMeta] = {}
+        #: topic -> monotonic time of the start of the last read that found its deleted marker absent
+        self._undeleted: dict[str, float] = {}
         self._plock = threading.Lock()
         self.log.open_partition = self.partition
 
@@ -125,6 +132,21 @@ class TransactionCoordinator:
         return meta
 
     def _check_partitions(self, segs: Iterable[SegmentRef]) -> None:
+        """Every segment's partition exists, and no topic named was deleted since its definition was read: each
+        topic's deleted marker is read (in parallel) unless found absent within :data:`DELETED_RECHECK_S`, so a
+        writer that read the definition before a deletion is refused here, not left committing where no reader
+        looks. Only a commit racing the deletion itself can still land (delete the topic again to remove it).
+
+        Raises:
+            TopicNotFoundError: naming the topic or partition.
+        """
+        segs = list(segs)
+        start = time.monotonic()
+        with self._plock:
+            stale = sorted({s.topic for s in segs if start - self._undeleted.get(s.topic, -1e18) >= DELETED_RECHECK_S})
+        parallel.pmap(lambda t: check_not_deleted(self.store, t), stale)
+        with self._plock:
+            self._undeleted.update((t, start) for t in stale)
         for s in segs:
             if not 0 <= s.partition < self.topic(s.topic).partitions:
                 meta = get_topic(self.store, s.topic)

@@ -6,8 +6,10 @@ and writers get ``TopicNotFoundError`` at once, then deletes its partitions' seg
 The definition files stay, and the name is not reused: the transaction log keeps the partitions' offsets, so a new
 topic of the same name would not start at offset 0 (creating it is refused, even with the same definition: every
 definition carries a writer token, see :mod:`coordinator.topics`), and a write that starts after the deletion
-fails naming the topic. A writer that cached the definition before the deletion may still stage and commit into
-the deleted folder; deleting again removes what it left. Stop the topic's writers first, as with Kafka.
+fails naming the topic. A writer that cached the definition before the deletion may still stage files there, but
+its commit is refused naming the topic (the coordinator reads the deleted marker before a commit, at most every
+:data:`~coordinator.coordinator.DELETED_RECHECK_S` per topic and process); only a commit racing the deletion itself
+can land, and deleting again removes what it left. Stop the topic's writers first, as with Kafka.
 
 **Config** changes write the next definition version (a conditional create, retried on a race), like
 ``add_partitions``: readers pick the latest version up at their next open.

@@ -121,12 +121,27 @@ def get_topic(store: Store, name: str) -> TopicMeta:
     check_name("topic", name)
     names = store.list(topic_meta_dir(name))
     if DELETED_MARKER in names:
-        raise TopicNotFoundError(f"topic {name!r} was deleted from {store.url}")
+        raise TopicNotFoundError(f"topic {name!r} was deleted from {store.url} (a deleted topic's name is not "
+                                 "reused: write to a topic of another name)")
     version = _latest_version(names)
     if version is None:
         raise TopicNotFoundError(f"topic {name!r} does not exist in {store.url}")
     path = topic_meta_path(name, version)
     return TopicMeta.from_bytes(store.get(path), path)
+
+
+def check_not_deleted(store: Store, name: str) -> None:
+    """Refuse a write to topic ``name`` if it was deleted since the writer read its definition (one read of the
+    deleted marker).
+
+    Raises:
+        TopicNotFoundError: the topic was deleted, naming it.
+        StoreError: the store failed.
+    """
+    if store.exists(f"{topic_meta_dir(name)}/{DELETED_MARKER}"):
+        raise TopicNotFoundError(
+            f"topic {name!r} was deleted from {store.url} after this writer read its definition; nothing was "
+            "committed (a deleted topic's name is not reused: write to a topic of another name)")
 
 
 def list_topics(store: Store) -> list[str]:

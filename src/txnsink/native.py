@@ -13,15 +13,19 @@ they hold exactly the rows Spark's tasks reported writing (counted by an observa
 returned with the tasks' results): files deleted under the running write fail it, never publish part of it.
 Placement is the data source's:
 
-* without a key, Spark task ``i``'s files go to partition ``(r + i) % partitions`` for a random ``r`` per write;
+* without a key, each Spark task deals its rows over the partitions in turn, its ``n``-th row to partition
+  ``(r + i + n) % partitions`` for task ``i`` and a random ``r`` per write (the jar's ``SegmentParquetFormat``;
+  on Spark Connect, whose driver has no jar, a column computing the same and ``partitionBy``), so every task, a
+  single one included, spreads its rows evenly, one file per partition;
 * with ``key``, each row's partition is the topic's partitioner over the key columns, so a key lands where the
   Python producer puts it: computed in the JVM by the jar's ``SegmentParquetFormat``, which writes each task's rows
   into one file per partition (no sort) in the folders ``partitionBy`` would give, where
   the key types and the topic's partitioner allow (:func:`jvm_key`); else by an Arrow UDF computing
-  :func:`partition_for` over the key columns, and ``partitionBy``. Either way a task writes one file per topic
-  partition, and a Parquet file costs ~10 ms of a task's time whatever its size, so the input's Spark partitions are
-  first merged (``coalesce``, no shuffle) into tasks of about ``keyedTaskBytes`` of input, never fewer than the
-  cores (:func:`fewer_tasks`).
+  :func:`partition_for` over the key columns, and ``partitionBy``.
+
+Either way a task writes one file per topic partition, and a Parquet file costs ~10 ms of a task's time whatever
+its size, so the input's Spark partitions are first merged (``coalesce``, no shuffle) into tasks of about
+``keyedTaskBytes`` of input, never fewer than the cores (:func:`fewer_tasks`), for a topic of several partitions.
 
 Idempotency as in the batch sink: with ``txnAppId``/``txnVersion`` a version not above the last committed one
 publishes nothing (checked before Spark writes anything, and again by the commit itself); without them, a fresh
@@ -327,14 +331,24 @@ def fewer_tasks(frame: DataFrame, task_bytes: int) -> DataFrame:
     return frame if tasks >= 2**31 else frame.coalesce(tasks)
 
 
+def spread_column(rotation: int, partitions: int) -> Any:
+    """The partition a spread write puts each row in without the jar (Spark Connect): the ``n``-th row of task
+    ``i`` in ``(rotation + i * 2**33 + n) % partitions`` (Spark's ``monotonically_increasing_id``), each task's rows
+    in turn as the jar's format deals them (from another first partition)."""
+    from pyspark.sql import functions as F  # noqa: N812 - Spark's convention
+
+    return F.pmod(F.monotonically_increasing_id() + F.lit(rotation), F.lit(partitions)).cast("int")
+
+
 def _spark_write(frame: DataFrame, url: str, keyed: bool, fs_options: Mapping[str, str],
-                 jvm_ordinals: Sequence[int] | None = None, partitions: int = 0, describe: bool = False) -> None:
+                 jvm_ordinals: Sequence[int] | None = None, partitions: int = 0, describe: bool = False,
+                 spread: int | None = None) -> None:
     """``frame.write.parquet(url)`` with microsecond timestamps and row groups of ``ROW_GROUP_ROWS`` rows, through
     the jar's ``SegmentParquetFormat`` in a classic session (each file's dictionaries chosen per column from its
     first rows: a column of mostly distinct values is written without one; with ``describe``, each file synced and
     described by its task: :mod:`txnsink.publish`); when ``keyed``, one folder per partition: by that format over
     the key columns at ``jvm_ordinals``, else by ``partitionBy`` the partitioner UDF's column (Spark's own
-    format).
+    format); with ``spread`` (a rotation, classic sessions), the format's rows in turn over ``partitions``.
 
     Raises:
         NativeUnavailable: Spark has no file system for the URL's scheme.
@@ -357,7 +371,10 @@ def _spark_write(frame: DataFrame, url: str, keyed: bool, fs_options: Mapping[st
         if jvm_ordinals is not None:
             w = w.option("txnlog.key", ",".join(str(i) for i in jvm_ordinals)) \
                 .option("txnlog.partitions", str(partitions)).option("txnlog.folder", PARTITION_COLUMN)
-        if keyed and jvm_ordinals is None:
+        elif spread is not None:
+            w = w.option("txnlog.spread", str(spread)).option("txnlog.partitions", str(partitions)) \
+                .option("txnlog.folder", PARTITION_COLUMN)
+        if keyed and jvm_ordinals is None and spread is None:
             w.partitionBy(PARTITION_COLUMN).parquet(url)
         elif getattr(w, "_jwrite", None) is not None:
             # Spark's errors as pyspark raises them from its own calls
@@ -413,7 +430,11 @@ def _native(df: DataFrame, path: str, options: Mapping[str, str], mode: str) -> 
         if mode == "auto":
             raise NativeUnavailable(KEYED_REASON if classic else CONNECT_KEYED_REASON)
         frame = frame.withColumn(PARTITION_COLUMN, partition_udf(meta, key)(*[frame[f"`{k}`"] for k in key]))
-    if key:
+    spread = plan.rotation if not key and meta.partitions > 1 else None
+    if spread is not None and not classic:
+        frame = frame.withColumn(PARTITION_COLUMN, spread_column(spread, meta.partitions))
+    foldered = bool(key) or spread is not None  # one folder per topic partition
+    if foldered:
         frame = fewer_tasks(frame, plan.options.keyed_task_bytes)
     tag = uuid.uuid4().hex[:16]
     out = output_folder(tag)
@@ -421,9 +442,9 @@ def _native(df: DataFrame, path: str, options: Mapping[str, str], mode: str) -> 
     frame, counted = _counted(frame, tag)
     try:
         with StagingLease(store, tag):
-            _spark_write(frame, f"{url}/{out}", bool(key), hadoop_options(plan), ordinals, meta.partitions,
-                         describe=local_path(store.url) is not None)
-            files = spark_files(store, out, meta.partitions, plan.rotation, bool(key))
+            _spark_write(frame, f"{url}/{out}", foldered, hadoop_options(plan), ordinals, meta.partitions,
+                         describe=local_path(store.url) is not None, spread=spread if classic else None)
+            files = spark_files(store, out, meta.partitions, plan.rotation, foldered)
             return publish_files(store, plan.options, meta, tag, files, ptime, counted())
     finally:
         _remove_folder(store, staging_folder(tag))

@@ -4,8 +4,9 @@ create the topic or check that the DataFrame fits it, all before any task runs.
 Which topic a row goes to: the ``topic`` option when set (as in Spark's Kafka sink, it wins over a ``topic``
 column), else the row's ``topic`` column (a string column), so one job or micro-batch can write several topics
 in one transaction. A ``partition`` column (an integer column) picks the row's partition; otherwise the
-``partitionKey`` columns are hashed with the topic's partitioner, or, without a key, each task writes to one
-partition (rotating as its segments fill), so T tasks write about T files, not T x partitions. Routing columns are
+``partitionKey`` columns are hashed with the topic's partitioner, or, without a key, each task spreads its rows
+evenly over the topic's partitions (:mod:`txnsink.staging`: whole segments in turn, the rest split evenly, so a
+task writes a file per partition, as a keyed one does). Routing columns are
 not stored; a topic that has columns of those names keeps them as data.
 
 Each row's producer time (read back as ``_producerTimestamp``, Kafka's ``CreateTime``) is the time the writing task
@@ -60,8 +61,9 @@ class WritePlan:
         data: the Arrow schema of the data columns (routing columns removed), named as in the DataFrame.
         renames: DataFrame column -> topic column where the names differ in case only.
         topic_column, partition_column: the DataFrame's routing columns, if any.
-        rotation: where this write's tasks start placing rows without a key (task ``i`` writes partition
-            ``(rotation + i) % partitions``), drawn per write so repeated small jobs spread over every partition.
+        rotation: where this write's tasks start placing rows without a key (task ``i`` from partition
+            ``(rotation + i) % partitions``), drawn per write so that the odd rows of repeated small jobs spread
+            over every partition.
         timestamp_column: the DataFrame's column of producer times (:data:`TIMESTAMP_COLUMN`), if any.
     """
 

@@ -190,8 +190,9 @@ def check_complete(segs: Sequence[SegmentRef], reported_rows: int, folder: str) 
 
 def spark_files(store: Store, folder: str, partitions: int, rotation: int, keyed: bool) -> list[SparkFile]:
     """The Parquet files Spark committed under ``folder``, each with its topic partition: by its
-    ``__txnlog_partition=<p>`` folder when ``keyed``, else task ``i``'s files go to partition
-    ``(rotation + i) % partitions``. Sorted by partition, task and file number (the order offsets follow).
+    ``__txnlog_partition=<p>`` folder when ``keyed`` (a keyed or spread write: one folder per partition), else task
+    ``i``'s files go to partition ``(rotation + i) % partitions``. Sorted by partition, task and file number (the
+    order offsets follow).
 
     Raises:
         TxnLogError: a file Spark wrote has a name or folder this path does not expect.

@@ -26,7 +26,8 @@ from coordinator.segments import now_us, stamp
 if TYPE_CHECKING:
     from txnsink.plan import WritePlan
 
-__all__ = ["SEGMENT_TARGET_BYTES", "SinkMessage", "TaskIds", "delete_segments", "gather", "stage_batches"]
+__all__ = ["SEGMENT_TARGET_BYTES", "SinkMessage", "TaskIds", "delete_segments", "even_shares", "gather",
+           "stage_batches"]
 
 #: A partition's buffered rows are staged as one segment once they reach this many (Arrow) bytes.
 SEGMENT_TARGET_BYTES = 64 * 1024 * 1024
@@ -182,6 +183,70 @@ def _by_topic(batch: pa.Table, plan: WritePlan) -> list[tuple[str, pa.Table]]:
     return out
 
 
+def even_shares(counts: Sequence[int], rows: int, first: int) -> list[tuple[int, int]]:
+    """How to split ``rows`` rows over partitions already holding ``counts`` rows so the counts come out as even as
+    they can (the lowest filled first), as ``(partition, rows)`` pairs in partition order from ``first`` (wrapping),
+    every pair with rows. Deterministic: an odd row goes to the partitions nearest ``first``."""
+    n = len(counts)
+    order = [(first + i) % n for i in range(n)]
+    have = np.asarray([counts[p] for p in order], dtype=np.int64)
+    lo, hi = int(have.min()), int(have.max()) + rows
+    while lo < hi:  # the highest level the rows can fill every partition up to
+        mid = (lo + hi + 1) // 2
+        if int(np.maximum(mid - have, 0).sum()) <= rows:
+            lo = mid
+        else:
+            hi = mid - 1
+    give = np.maximum(lo - have, 0)
+    left = rows - int(give.sum())
+    for i in range(n):
+        if left == 0:
+            break
+        if have[i] + give[i] == lo:
+            give[i] += 1
+            left -= 1
+    return [(order[i], int(give[i])) for i in range(n) if give[i]]
+
+
+class _Spread:
+    """Where an unkeyed task puts one topic's rows: whole segments in turn, from the task's first partition (as
+    Kafka's sticky partitioner moves on per batch), and at the end what is left split so that the partitions'
+    shares of the task's rows come out even (:func:`even_shares`)."""
+
+    def __init__(self, partitions: int, first: int) -> None:
+        self.next = first
+        self.counts = [0] * partitions
+        self.tables: list[pa.Table] = []
+        self.bytes = 0
+
+    def add(self, table: pa.Table, target_bytes: int) -> tuple[int, pa.Table] | None:
+        """Buffer ``table``; a whole segment ``(partition, rows)`` to stage once the buffer reaches the target."""
+        self.tables.append(table)
+        self.bytes += table.nbytes
+        if self.bytes < target_bytes:
+            return None
+        p = self.next
+        whole = pa.concat_tables(self.tables)
+        self.tables, self.bytes = [], 0
+        self.counts[p] += whole.num_rows
+        self.next = (p + 1) % len(self.counts)
+        return p, whole
+
+    def rest(self) -> list[tuple[int, pa.Table]]:
+        """The buffered rows split into contiguous runs evening out the partitions' shares."""
+        if not self.tables:
+            return []
+        whole = pa.concat_tables(self.tables)
+        self.tables, self.bytes = [], 0
+        out = []
+        pos = 0
+        for p, n in even_shares(self.counts, whole.num_rows, self.next):
+            out.append((p, whole.slice(pos, n)))
+            self.counts[p] += n
+            pos += n
+        return out
+
+
 def stage_batches(
     store: Store,
     plan: WritePlan,
@@ -194,8 +259,11 @@ def stage_batches(
     """Route each batch's rows to their topics and partitions (see :mod:`txnsink.plan`), conform them to each
     topic's schema, stamp them with their producer time (the plan's timestamp column, else the time the batch
     arrived) and stage a segment per (topic, partition) whenever its buffer reaches ``target_bytes``, and at
-    the end. File names start with the transaction id ``txn`` (so GC can tell from a name whether a commit may still
-    name it).
+    the end. Without a key or partition column, a topic's rows are staged a whole segment at a time to its
+    partitions in turn, from partition ``(plan.rotation + ids.partition) % partitions``, and the last rows split
+    to even out the partitions' shares of the task's rows (so a task of fewer than ``target_bytes`` spreads its
+    rows evenly over every partition, a retried attempt of it exactly as the first). File names start with the
+    transaction id ``txn`` (so GC can tell from a name whether a commit may still name it).
 
     If anything fails, the segments this call staged are deleted (best effort) before the error propagates: no
     commit message names them, so nothing can.
@@ -211,18 +279,21 @@ def stage_batches(
     sizes: dict[tuple[str, int], int] = {}
     staged: list[SegmentRef] = []
     rows = 0
-    #: without a key, the one partition of each topic this task writes to now (moves on as segments fill)
-    current: dict[str, int] = {}
+    #: without a key or partition column, each topic's rows in turn (:class:`_Spread`)
+    spreads: dict[str, _Spread] = {}
     tag = uuid.uuid4().hex[:16]
     prefix = segment_name(txn, f"spark-{ids.partition:05d}-{ids.attempt}-{ids.task_attempt}-{tag}")
+
+    def stage(tp: tuple[str, int], tables: list[pa.Table]) -> None:
+        name = f"{prefix}-{len(staged):05d}"
+        # one contiguous chunk per column: Parquet encodes it in fewer, larger steps than Spark's many batches
+        staged.append(stage_segment(store, tp[0], tp[1], pa.concat_tables(tables).combine_chunks(), name))
 
     def flush(tp: tuple[str, int]) -> None:
         tables = buffers.pop(tp, [])
         sizes.pop(tp, None)
         if tables:
-            name = f"{prefix}-{len(staged):05d}"
-            # one contiguous chunk per column: Parquet encodes it in fewer, larger steps than Spark's many batches
-            staged.append(stage_segment(store, tp[0], tp[1], pa.concat_tables(tables).combine_chunks(), name))
+            stage(tp, tables)
 
     try:
         for batch in batches:
@@ -244,16 +315,23 @@ def stage_batches(
                 elif key:
                     pieces = _split_keyed(table, meta, [renames.get(c, c) for c in key])
                 else:
-                    p = current.setdefault(name, (plan.rotation + ids.partition) % meta.partitions)
-                    pieces = [(p, table)]
+                    spread = spreads.get(name)
+                    if spread is None:
+                        first = (plan.rotation + ids.partition) % meta.partitions
+                        spread = spreads[name] = _Spread(meta.partitions, first)
+                    full = spread.add(table, target_bytes)
+                    if full is not None:
+                        stage((name, full[0]), [full[1]])
+                    continue
                 for p, sub in pieces:
                     tp = (name, p)
                     buffers.setdefault(tp, []).append(sub)
                     sizes[tp] = sizes.get(tp, 0) + sub.nbytes
                     if sizes[tp] >= target_bytes:
                         flush(tp)
-                        if given is None and not key:
-                            current[name] = (p + 1) % meta.partitions
+        for name, spread in sorted(spreads.items()):
+            for p, sub in spread.rest():
+                stage((name, p), [sub])
         for tp in sorted(buffers):
             flush(tp)
     except BaseException:

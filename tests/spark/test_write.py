@@ -48,19 +48,19 @@ def test_append_creates_topic_and_publishes_every_row_once(spark: Any, lake: str
     assert_df_equality(got, df, ignore_row_order=True, ignore_nullable=True)
     # one job = one transaction: exactly one partition record per partition it touched
     first = files_under(lake, "orders", 3)["markers"]
-    assert 1 <= first <= 2  # without a key, each of the two tasks writes one partition
+    assert first == 3  # without a key, each of the two tasks spreads its rows over every partition
     assert len(TransactionCoordinator(open_store(lake)).log.refresh().producers) == 0
     write(df, lake, topic="orders")
     assert topic_rows(lake, "orders").num_rows == 400
 
 
-def test_without_partition_key_each_task_writes_one_partition_rotating_over_jobs(spark: Any, lake: str) -> None:
+def test_without_partition_key_every_task_spreads_and_odd_rows_rotate_over_jobs(spark: Any, lake: str) -> None:
     write(spark.range(0, 1000, 1, 2), lake, topic="even", numPartitions=4)
     counts = topic_rows(lake, "even").column("_partition").value_counts().to_pylist()
-    assert sorted(c["counts"] for c in counts) == [500, 500]  # two tasks, one partition each
-    for _ in range(20):  # successive jobs start at random partitions: over jobs every partition gets data
-        write(spark.range(0, 100, 1, 2), lake, topic="even")
-    used = {c["values"] for c in topic_rows(lake, "even").column("_partition").value_counts().to_pylist()}
+    assert sorted(c["counts"] for c in counts) == [250, 250, 250, 250]  # two tasks, each over every partition
+    for _ in range(20):  # jobs of fewer rows than partitions start at random partitions: over jobs all get rows
+        write(spark.range(0, 2, 1, 1), lake, topic="odd", numPartitions=4)
+    used = {c["values"] for c in topic_rows(lake, "odd").column("_partition").value_counts().to_pylist()}
     assert used == {0, 1, 2, 3}
 
 

@@ -104,3 +104,80 @@ def test_a_native_write_to_a_deleted_topic_fails_before_spark_writes(spark: Any,
     assert not any((Path(lake) / "_native-staging").glob("*/*"))
     left = [o.path for o in open_store(lake).list_info("topics/gone")]
     assert left and all(p.startswith("topics/gone/meta/") for p in left)  # no segment was moved in
+
+
+def _jobs(spark: Any, group: str) -> list[int]:
+    return list(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+
+
+@pytest.mark.parametrize("rule", [False, True])
+def test_an_append_to_a_deleted_topic_fails_before_any_task_naming_it(spark: Any, lake: str, rule: bool) -> None:
+    """``df.write.format("txnlog")`` to a deleted topic, through the data source and through the write rule: the
+    driver refuses it, naming the topic, before Spark runs a job; nothing is committed or staged."""
+    import txnsink
+
+    def append(df: Any) -> None:
+        df.write.format("txnlog").mode("append").option("topic", "gone").option("numPartitions", "2").save(lake)
+
+    if rule:
+        txnsink.enable_native(spark)
+    try:
+        spark.sparkContext.setJobGroup("before", "the first append")
+        append(spark.range(5))
+        assert _jobs(spark, "before")  # this append's jobs are seen in its group
+        delete_topic(TransactionCoordinator(open_store(lake)), "gone")
+        seq = TransactionCoordinator(open_store(lake)).log.refresh().seq
+        spark.sparkContext.setJobGroup("after", "the append to the deleted topic")
+        with pytest.raises(Exception, match=r"topic 'gone' was deleted") as err:
+            append(spark.range(5, 10))
+        assert "another name" in str(err.value)
+        assert _jobs(spark, "after") == []  # refused on the driver: no task ran
+    finally:
+        spark.sparkContext.setJobGroup("", "")
+        if rule:
+            txnsink.disable_native(spark)
+    assert TransactionCoordinator(open_store(lake)).log.refresh().seq == seq  # nothing committed
+    left = [o.path for o in open_store(lake).list_info("topics/gone")]
+    assert left and all(p.startswith("topics/gone/meta/") for p in left)  # nothing staged
+    with pytest.raises(TopicNotFoundError):
+        read_snapshot(lake, ["gone"])
+
+
+def test_rows_routed_to_a_deleted_topic_by_column_fail_naming_it(spark: Any, lake: str) -> None:
+    """With a ``topic`` column the topics are known only in the tasks: the task fails naming the topic and the
+    job commits nothing, in the other topics either."""
+    create_topic(open_store(lake), "kept", pa.schema([("id", pa.int64())]))
+    create_topic(open_store(lake), "gone", pa.schema([("id", pa.int64())]))
+    delete_topic(TransactionCoordinator(open_store(lake)), "gone")
+    df = spark.range(10).selectExpr("id", "CASE WHEN id % 2 = 0 THEN 'kept' ELSE 'gone' END AS topic")
+    with pytest.raises(Exception, match=r"topic 'gone' was deleted"):
+        df.write.format("txnlog").mode("append").save(lake)
+    assert read_snapshot(lake, ["kept"])["kept"].num_rows == 0
+    for t in ("kept", "gone"):  # the tasks' staged files deleted
+        assert not [o.path for o in open_store(lake).list_info(f"topics/{t}") if "/meta/" not in o.path]
+
+
+def test_a_running_streaming_query_stops_at_a_deleted_topic_naming_it(spark: Any, lake: str,
+                                                                       tmp_path: Path) -> None:
+    """A query that wrote the topic before its deletion: its next micro-batch fails naming the topic (each
+    micro-batch's writer reads the definition again on the driver; a commit racing the deletion is refused by the
+    coordinator's own check, ``tests/test_admin.py``), and nothing more lands."""
+    from pyspark.errors import StreamingQueryException
+
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "a.json").write_text("".join(json.dumps({"id": i}) + "\n" for i in range(5)))
+    q = spark.readStream.schema("id long").json(str(src)).writeStream.format("txnlog") \
+        .option("topic", "gone").option("numPartitions", "2") \
+        .option("checkpointLocation", str(tmp_path / "cp")).trigger(processingTime="200 milliseconds").start(lake)
+    try:
+        q.processAllAvailable()
+        assert read_snapshot(lake, ["gone"])["gone"].num_rows == 5
+        delete_topic(TransactionCoordinator(open_store(lake)), "gone")
+        seq = TransactionCoordinator(open_store(lake)).log.refresh().seq
+        (src / "b.json").write_text("".join(json.dumps({"id": i}) + "\n" for i in range(5, 10)))
+        with pytest.raises(StreamingQueryException, match=r"topic 'gone' was deleted"):
+            q.processAllAvailable()
+    finally:
+        q.stop()
+    assert TransactionCoordinator(open_store(lake)).log.refresh().seq == seq

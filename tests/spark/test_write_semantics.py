@@ -5,6 +5,7 @@ files, nullability, nanosecond timestamps and case-insensitive column names."""
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 from typing import Any
 
 import pyarrow as pa
@@ -103,10 +104,12 @@ def test_bad_routing_values_fail_the_write_and_publish_nothing(spark: Any, lake:
     assert ids(lake, "r") == []
 
 
-def test_without_a_key_each_task_writes_one_partition(spark: Any, lake: str) -> None:
+def test_without_a_key_each_task_spreads_over_every_partition(spark: Any, lake: str) -> None:
     save(spark.range(0, 1000, 1, 2), lake, topic="wide", numPartitions="200")
-    assert files(lake, "wide", 200) == 2  # two tasks, two files: not 2 x 200
+    assert files(lake, "wide", 200) == 400  # two tasks, each a file per partition (as a keyed write)
     assert ids(lake, "wide") == list(range(1000))
+    per = Counter(read_snapshot(lake, ["wide"])["wide"].column("_partition").to_pylist())
+    assert len(per) == 200 and max(per.values()) - min(per.values()) <= 2  # each task's shares differ by one row
 
 
 def test_topics_created_from_spark_are_nullable_and_not_null_topics_are_checked_on_the_driver(

@@ -5,6 +5,7 @@ import java.util.List;
 
 import org.apache.hadoop.mapreduce.Job;
 import org.apache.hadoop.mapreduce.TaskAttemptContext;
+import org.apache.spark.TaskContext;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
@@ -23,7 +24,11 @@ import org.apache.spark.sql.types.StructType;
  * {@link #PARTITIONS} (the topic's partition count) and {@link #FOLDER} (the folder name prefix), it instead writes
  * the row whose {@link KeyHash} partition is {@code p} into {@code <FOLDER>=<p>/<name>} beside the file Spark asked
  * for, {@code <name>} being that file's name: the layout {@code partitionBy(FOLDER)} gives, inside the task attempt's
- * folder, so Spark's commit protocol publishes a task's files together or not at all. A task writes no file for a
+ * folder, so Spark's commit protocol publishes a task's files together or not at all. With {@link #SPREAD} (a
+ * non-negative integer {@code r}) instead of {@link #KEY}, the same layout takes the task's rows in turn: its
+ * {@code n}-th row (from 0, in the order Spark hands them) goes to partition {@code (r + i + n) mod partitions},
+ * {@code i} being the task's partition id, so every task spreads its rows evenly over the partitions, a retried
+ * attempt exactly as the first. A task writes no file for a
  * partition it has no row for (nor, without a key, when it has no row at all). A file's writer opens once its first
  * rows are judged (up to Parquet's first page of rows, buffered as copies); a keyed task hands each partition's
  * writer its rows in runs ({@link PartitionRuns}), each partition's in the task's order. With {@link #DESCRIBE}
@@ -37,6 +42,8 @@ public class SegmentParquetFormat extends ParquetFileFormat {
     public static final String KEY = "txnlog.key";
     public static final String PARTITIONS = "txnlog.partitions";
     public static final String FOLDER = "txnlog.folder";
+    /** Option: unkeyed rows dealt over the partitions in turn, starting from this rotation plus the task's id. */
+    public static final String SPREAD = "txnlog.spread";
     /** Option: {@code true} has each task describe its closed files ({@link FileDescription}). */
     public static final String DESCRIBE = "txnlog.describe";
 
@@ -47,8 +54,25 @@ public class SegmentParquetFormat extends ParquetFileFormat {
         OutputWriterFactory files = super.prepareWrite(session, job, options, dataSchema);
         int sample = DictionaryChoice.sampleRows(job.getConfiguration());
         boolean describe = "true".equals(Options.optional(options, DESCRIBE));
-        if (Options.optional(options, KEY) == null) {
-            return new Factory(files, null, 1, null, sample, describe);
+        String spread = Options.optional(options, SPREAD);
+        if (Options.optional(options, KEY) == null && spread == null) {
+            return new Factory(files, null, 1, null, -1, sample, describe);
+        }
+        if (spread != null) {
+            String folder = Options.required(options, FOLDER, "the spread Parquet write");
+            int partitions;
+            long rotation;
+            try {
+                partitions = Integer.parseInt(Options.required(options, PARTITIONS, "the spread Parquet write"));
+                rotation = Long.parseLong(spread.trim());
+            } catch (NumberFormatException e) {
+                throw new IllegalArgumentException("txnlog: invalid " + SPREAD + " or " + PARTITIONS + " option", e);
+            }
+            if (partitions < 1 || rotation < 0 || folder.isEmpty() || folder.contains("/")) {
+                throw new IllegalArgumentException("txnlog: invalid " + SPREAD + ", " + PARTITIONS + " or " + FOLDER
+                        + " option");
+            }
+            return new Factory(files, null, partitions, folder, rotation, sample, describe);
         }
         String key = Options.required(options, KEY, "the keyed Parquet write");
         String folder = Options.required(options, FOLDER, "the keyed Parquet write");
@@ -67,7 +91,7 @@ public class SegmentParquetFormat extends ParquetFileFormat {
         if (folder.isEmpty() || folder.contains("/")) {
             throw new IllegalArgumentException("txnlog: invalid " + FOLDER + " option " + folder);
         }
-        return new Factory(files, new KeyHash(dataSchema, ordinals, partitions), partitions, folder, sample,
+        return new Factory(files, new KeyHash(dataSchema, ordinals, partitions), partitions, folder, -1, sample,
                 describe);
     }
 
@@ -82,16 +106,21 @@ public class SegmentParquetFormat extends ParquetFileFormat {
         private final KeyHash hash;
         private final int partitions;
         private final String folder;
+        private final long rotation;
         private final int sample;
         private final boolean describe;
 
-        /** {@code hash} null: one file per task; {@code sample}: rows judged before a file opens (0: none). */
-        Factory(OutputWriterFactory files, KeyHash hash, int partitions, String folder, int sample,
+        /**
+         * {@code hash} and {@code folder} null: one file per task; {@code hash} null and {@code folder} set: rows in
+         * turn from {@code rotation} plus the task's id; {@code sample}: rows judged before a file opens (0: none).
+         */
+        Factory(OutputWriterFactory files, KeyHash hash, int partitions, String folder, long rotation, int sample,
                 boolean describe) {
             this.files = files;
             this.hash = hash;
             this.partitions = partitions;
             this.folder = folder;
+            this.rotation = rotation;
             this.sample = sample;
             this.describe = describe;
         }
@@ -121,6 +150,8 @@ public class SegmentParquetFormat extends ParquetFileFormat {
         private List<InternalRow> sample;
         private long sampleBytes;
         private final PartitionRuns runs;
+        /** The partition the next unkeyed row goes to (spread writes). */
+        private int next;
 
         Writer(Factory factory, String path, StructType schema, TaskAttemptContext context) {
             this.factory = factory;
@@ -134,8 +165,22 @@ public class SegmentParquetFormat extends ParquetFileFormat {
             this.files = new String[factory.partitions];
             this.rows = new long[factory.partitions];
             this.sample = factory.sample > 0 ? new ArrayList<>() : null;
-            this.runs = factory.hash == null || factory.partitions == 1 ? null
+            this.runs = factory.folder == null || factory.partitions == 1 ? null
                     : new PartitionRuns(factory.partitions, schema.length());
+            TaskContext task = TaskContext.get();
+            long id = task == null ? 0 : task.partitionId();
+            this.next = factory.hash != null || factory.folder == null ? 0
+                    : (int) Math.floorMod(factory.rotation + id, (long) factory.partitions);
+        }
+
+        /** The row's partition: by the key's hash, or, spreading, the next in turn. */
+        private int place(InternalRow row) {
+            if (factory.hash != null) {
+                return factory.hash.partition(row);
+            }
+            int p = next;
+            next = p + 1 == factory.partitions ? 0 : p + 1;
+            return p;
         }
 
         @Override
@@ -167,10 +212,10 @@ public class SegmentParquetFormat extends ParquetFileFormat {
 
         private void route(InternalRow row) {
             if (runs == null) {
-                put(0, row);
+                put(factory.folder == null ? 0 : place(row), row);
                 return;
             }
-            int p = factory.hash.partition(row);
+            int p = place(row);
             if (!(row instanceof UnsafeRow)) {
                 if (runs.holds(p)) {
                     runs.drain(p, r -> put(p, r));
@@ -184,7 +229,7 @@ public class SegmentParquetFormat extends ParquetFileFormat {
         private void put(int p, InternalRow row) {
             OutputWriter w = writers[p];
             if (w == null) {
-                String file = factory.hash == null ? path : dir + "/" + factory.folder + "=" + p + "/" + name;
+                String file = factory.folder == null ? path : dir + "/" + factory.folder + "=" + p + "/" + name;
                 w = factory.files.newInstance(file, schema, context);
                 writers[p] = w;
                 files[p] = file;
