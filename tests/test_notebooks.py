@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -60,9 +61,10 @@ def render(nb: nbformat.NotebookNode, name: str) -> tuple[str, Path]:
     body, _ = HTMLExporter(template_name="lab").from_notebook_node(nb)
     page.write_text(body, encoding="utf-8")
     png.unlink(missing_ok=True)
-    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                    f"--screenshot={png}", f"--window-size=1280,{SCREEN_HEIGHT}", "--virtual-time-budget=5000",
-                    page.as_uri()], check=True, capture_output=True, timeout=180)
+    with tempfile.TemporaryDirectory() as profile:
+        subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                        f"--user-data-dir={profile}", f"--screenshot={png}", f"--window-size=1280,{SCREEN_HEIGHT}",
+                        "--virtual-time-budget=5000", page.as_uri()], check=True, capture_output=True, timeout=180)
     with Image.open(png) as shot:
         box = Image.eval(shot.convert("L"), lambda v: 255 - v).getbbox()
         assert box is not None, f"{png} is blank"
