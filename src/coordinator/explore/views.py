@@ -265,9 +265,8 @@ class StoreView:
     def read(self, topic: str, *, columns: Sequence[str] | None = None, as_arrow: bool = False,
              ) -> pd.DataFrame | pa.Table:
         """Every committed record of ``topic`` at one transaction-consistent snapshot, with ``_partition``,
-        ``_offset``, ``_timestamp`` and ``_producerTimestamp``: a pandas DataFrame (times as
-        ``datetime64[ns, UTC]``), or with
-        ``as_arrow`` a pyarrow Table. ``columns`` selects columns.
+        ``_offset``, ``_timestamp`` and ``_producerTimestamp``: a pandas DataFrame (a :class:`Frame`; times as
+        ``datetime64[ns, UTC]``), or with ``as_arrow`` a pyarrow Table. ``columns`` selects columns.
 
         Raises:
             TopicNotFoundError: no such topic. CorruptLogError: a segment is damaged.
@@ -278,7 +277,7 @@ class StoreView:
             table = table.select(list(columns))
         if as_arrow:
             return table
-        df = table.to_pandas()
+        df = Frame(table.to_pandas())
         for name in ("_timestamp", "_producerTimestamp"):
             if name in df:
                 df[name] = df[name].astype("datetime64[ns, UTC]")
