@@ -24,6 +24,16 @@ if [ -n "$JAVA_MAJOR" ] && [ "$JAVA_MAJOR" -lt 17 ]; then
   echo "Spark 4 needs Java 17 or newer; java $JAVA_MAJOR found (Debian/Ubuntu: apt-get install openjdk-17-jre-headless)" >&2
   exit 1
 fi
+if [ "$1" = test ] && ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+  # the notebook tests screenshot the rendered notebooks with headless Chromium
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing chromium (apt-get) for the notebook screenshots" >&2
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null
+  else
+    echo "the notebook tests need Chromium: install it (Debian/Ubuntu: apt-get install chromium)" >&2
+    exit 1
+  fi
+fi
 
 VENV="${TXNLOG_VENV:-.venv}"
 if [ ! -x "$VENV/bin/python" ]; then

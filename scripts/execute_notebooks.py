@@ -18,16 +18,13 @@ NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
 
 def execute(path: Path) -> None:
-    """Run every cell of ``path`` in a fresh kernel (working directory: a temporary folder) and save it with its
-    outputs, leaving out what cells wrote to stderr (Spark's and the JVM's log lines: noise to a reader). Raises
+    """Run every cell of ``path`` in a fresh kernel (working directory: a temporary folder) and save it with all
+    its outputs, as a reader running it sees them (the notebooks keep the JVM's log lines out of them). Raises
     whatever cell failed (the file is then left unchanged)."""
     nb = nbformat.read(path, as_version=4)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     with tempfile.TemporaryDirectory() as cwd:
         NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": cwd}}).execute()
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            cell.outputs = [o for o in cell.outputs if not (o.output_type == "stream" and o.name == "stderr")]
     nbformat.write(nb, path)
 
 

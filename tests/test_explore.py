@@ -115,3 +115,50 @@ def test_to_frame_types_empty_time_columns() -> None:
     assert str(df["time"].dtype) == "datetime64[ns, UTC]" and "age_ms" not in df
     assert df.loc[0, "age"] == pd.Timedelta(milliseconds=5) and df.loc[0, "tags"] == "a, b"
     assert str(df["n"].dtype) == "Int64"
+
+
+def test_frames_show_values_for_people(lake: Lake) -> None:
+    view = StoreView.open(lake.url)
+    opened = view.open_transactions()
+    assert str(opened["timeout"].dtype) == "timedelta64[ns]"  # the data keeps its type
+    html = opened._repr_html_()
+    assert "1m00s" in html and "days" not in html and "Z</td>" in html
+    history = view.history()._repr_html_()
+    for marker in (">NaN<", ">NaT<", ">None<", "&lt;NA&gt;", ">nan<"):
+        assert marker not in history, marker
+    assert ">-</td>" in history
+    assert "text-align: left" in history and "text-align: right" in history
+    derived = view.transactions()
+    assert type(derived[derived.state == "CompleteAbort"]).__name__ == "Frame"
+
+
+def test_html_tables_align_text_left_and_numbers_right(lake: Lake) -> None:
+    html = StoreView.open(lake.url)._repr_html_()
+    assert "<td style='text-align:left'>hung</td>" in html
+    assert "<th style='text-align:left'>transactional id</th>" in html
+    assert "<th style='text-align:right'>size</th>" in html
+
+
+def test_history_shows_an_aborts_records_and_partitions(lake: Lake) -> None:
+    history = StoreView.open(lake.url).history()
+    abort = history[history["operation"] == "ABORT"].iloc[0]
+    assert abort["txn"] == lake.aborted_txn
+    assert abort["records"] > 0 and f"{TOPIC}/" in abort["partitions"]
+
+
+def test_plots_colour_aborts_red_keep_legends_outside_and_counts_from_zero(lake: Lake) -> None:
+    from matplotlib.colors import to_hex
+
+    TransactionCoordinator(lake.open()).commit_group_offsets(GROUP, {TOPIC: {0: 4, 1: 7}})  # no records
+    view = StoreView.open(lake.url)
+    ax = view.plot_transactions()
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert to_hex(lines["aborted"].get_color()) == "#d62728"  # tab:red
+    assert to_hex(lines["committed"].get_color()) != "#d62728"
+    legend = ax.get_legend()
+    assert legend is not None and legend.get_bbox_to_anchor().x0 >= ax.get_window_extent().x1  # right of the axes
+    assert ax.get_ylim()[0] == 0
+    committed_counts = [float(y) for y in lines["committed"].get_ydata()]
+    assert 0 not in committed_counts  # the group-offset commit is no 0-record commit
+    assert "group offsets commit" in lines
+    assert view.plot_lag(GROUP).get_ylim()[0] == 0 and view.plot_commits(TOPIC).get_ylim()[0] == 0

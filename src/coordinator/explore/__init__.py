@@ -15,9 +15,12 @@ lake.plot_commits("orders")   # records per commit over time
 
 DataFrames follow one vocabulary: instants are ``datetime64[ns, UTC]`` columns, durations ``timedelta64`` columns
 (a row's ``age_ms`` becomes ``age``), sizes are bytes, no column holds dicts or lists (lists become comma-joined
-strings). Everything here is read-only (see :mod:`coordinator.inspect`).
+strings). A notebook shows them with values for people, as the command line does (durations as ``1.6s``,
+instants in ISO-8601 UTC, ``-`` for every missing value, text left-aligned: :mod:`coordinator.explore.frames`);
+their data keeps the types above. Everything here is read-only (see :mod:`coordinator.inspect`).
 """
 
+from coordinator.explore.frames import Frame
 from coordinator.explore.views import StoreView, TopicView, TransactionView, html_table, to_frame
 
-__all__ = ["StoreView", "TopicView", "TransactionView", "html_table", "to_frame"]
+__all__ = ["Frame", "StoreView", "TopicView", "TransactionView", "html_table", "to_frame"]

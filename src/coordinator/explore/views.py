@@ -14,6 +14,7 @@ import pyarrow as pa
 from coordinator import inspect as ti
 from coordinator.consumer import read_snapshot
 from coordinator.coordinator import TransactionCoordinator
+from coordinator.explore.frames import Frame
 from coordinator.inspect.humanize import fmt_bytes, human
 from coordinator.layout import check_name
 from coordinator.store import Store, StoreOptions
@@ -28,12 +29,13 @@ TIME_COLUMNS = frozenset({"time", "created", "started", "first_commit", "last_co
 
 
 def to_frame(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None,
-             index: str | list[str] | None = None) -> pd.DataFrame:
+             index: str | list[str] | None = None) -> Frame:
     """Rows of :mod:`coordinator.inspect` as a DataFrame in the explore vocabulary (see the module docstring):
     instants to ``datetime64[ns, UTC]``, ``*_ms`` durations to ``timedelta64`` columns without the suffix, lists
-    and dicts to strings; ``columns`` picks and orders columns (all present ones when None)."""
+    and dicts to strings; ``columns`` picks and orders columns (all present ones when None). A :class:`Frame`:
+    a notebook shows its values for people."""
     cols = list(columns) if columns is not None else list(rows[0].keys()) if rows else []
-    df = pd.DataFrame([{c: r.get(c) for c in cols} for r in rows], columns=cols)
+    df = Frame([{c: r.get(c) for c in cols} for r in rows], columns=cols)
     for c in cols:
         values = [v for v in (r.get(c) for r in rows) if v is not None]
         if values and all(isinstance(v, dt.datetime) for v in values) or (c in TIME_COLUMNS and not values):
@@ -51,20 +53,25 @@ def to_frame(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = 
     return df
 
 
+def _is_number_column(rows: Sequence[Mapping[str, Any]], column: str) -> bool:
+    if column.endswith("_ms") or column == "bytes":
+        return True
+    values = [r.get(column) for r in rows if r.get(column) is not None]
+    return bool(values) and all(isinstance(v, (int, float, dt.datetime)) and not isinstance(v, bool)
+                                for v in values)
+
+
 def html_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], caption: str = "",
                headers: Sequence[str] | None = None) -> str:
-    """An HTML table of rows with values for people (:func:`coordinator.inspect.humanize.human`); numbers
-    right-aligned."""
+    """An HTML table of rows with values for people (:func:`coordinator.inspect.humanize.human`); columns of
+    numbers, durations, sizes and instants right-aligned, text left-aligned (headers with their column)."""
     heads = headers or columns
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in heads)
+    aligns = [" style='text-align:right'" if _is_number_column(rows, c) else " style='text-align:left'"
+              for c in columns]
+    head = "".join(f"<th{a}>{html.escape(h)}</th>" for h, a in zip(heads, aligns, strict=True))
     body = []
     for r in rows:
-        cells = []
-        for c in columns:
-            v = r.get(c)
-            align = " style='text-align:right'" if isinstance(v, (int, float)) and not isinstance(v, bool) \
-                or c.endswith("_ms") or c == "bytes" else ""
-            cells.append(f"<td{align}>{html.escape(human(c, v))}</td>")
+        cells = [f"<td{a}>{html.escape(human(c, r.get(c)))}</td>" for c, a in zip(columns, aligns, strict=True)]
         body.append("<tr>" + "".join(cells) + "</tr>")
     cap = f"<caption style='text-align:left'><b>{html.escape(caption)}</b></caption>" if caption else ""
     return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
@@ -221,8 +228,17 @@ class StoreView:
 
     def history(self, limit: int = 100) -> pd.DataFrame:
         """The last ``limit`` log entries' decisions, newest first, like ``DeltaTable.history()``: seq (the
-        store's version), time, operation, txn, tid, app, records, partitions, groups, detail."""
-        return to_frame(ti.history(self.store, limit=limit, coordinator=self.coordinator),
+        store's version), time, operation, txn, tid, app, records, partitions, groups, detail. An abort shows the
+        records and partitions its transaction had staged, while GC has not deleted them (as
+        :meth:`transactions`)."""
+        rows = ti.history(self.store, limit=limit, coordinator=self.coordinator)
+        aborts = [r for r in rows if r["operation"] == "ABORT" and r["txn"] and r["partitions"] is None]
+        staged = ti.staged_by_txn(self.store, [r["txn"] for r in aborts])
+        for r in aborts:
+            s = staged.get(r["txn"])
+            if s is not None:
+                r.update(records=s["records"], partitions=s["partitions"])
+        return to_frame(rows,
                         ["seq", "time", "operation", "txn", "tid", "app", "records", "partitions", "groups",
                          "detail"])
 
@@ -249,9 +265,8 @@ class StoreView:
     def read(self, topic: str, *, columns: Sequence[str] | None = None, as_arrow: bool = False,
              ) -> pd.DataFrame | pa.Table:
         """Every committed record of ``topic`` at one transaction-consistent snapshot, with ``_partition``,
-        ``_offset``, ``_timestamp`` and ``_producerTimestamp``: a pandas DataFrame (times as
-        ``datetime64[ns, UTC]``), or with
-        ``as_arrow`` a pyarrow Table. ``columns`` selects columns.
+        ``_offset``, ``_timestamp`` and ``_producerTimestamp``: a pandas DataFrame (a :class:`Frame`; times as
+        ``datetime64[ns, UTC]``), or with ``as_arrow`` a pyarrow Table. ``columns`` selects columns.
 
         Raises:
             TopicNotFoundError: no such topic. CorruptLogError: a segment is damaged.
@@ -262,7 +277,7 @@ class StoreView:
             table = table.select(list(columns))
         if as_arrow:
             return table
-        df = table.to_pandas()
+        df = Frame(table.to_pandas())
         for name in ("_timestamp", "_producerTimestamp"):
             if name in df:
                 df[name] = df[name].astype("datetime64[ns, UTC]")
