@@ -45,8 +45,9 @@ def check_java() -> None:
         sys.exit(2)
 
 
-def produce_input(lake: str, records: int, rng: random.Random) -> int:
-    """Fill ``orders`` with ``records`` committed records (and some aborted ones). Returns the committed count."""
+def produce_input(lake: str, records: int, rng: random.Random) -> tuple[int, int, int]:
+    """Fill ``orders`` with ``records`` committed records and some aborted ones. Returns the committed count, the
+    aborted records and the aborted transactions."""
     import pyarrow as pa
 
     from coordinator import Producer, create_topic, open_store
@@ -55,7 +56,7 @@ def produce_input(lake: str, records: int, rng: random.Random) -> int:
     create_topic(open_store(lake), IN_TOPIC, schema, 3)
     producer = Producer(lake, "demo-input")
     producer.init_transactions()
-    sent, txn = 0, 0
+    sent, txn, aborted, aborts = 0, 0, 0, 0
     while sent < records:
         n = min(records - sent, max(1, rng.randint(records // 12 + 1, records // 6 + 1)))
         rows = [{"id": i, "customer": f"c{rng.randint(0, 49)}", "amount": round(rng.uniform(1, 500), 2)}
@@ -70,7 +71,8 @@ def produce_input(lake: str, records: int, rng: random.Random) -> int:
                                      for j in range(5)])
             producer.flush()
             producer.abort_transaction()
-    return sent
+            aborted, aborts = aborted + 5, aborts + 1
+    return sent, aborted, aborts
 
 
 def run_child(lake: str, checkpoint: str, per_trigger: int) -> None:
@@ -105,6 +107,28 @@ def start_child(lake: str, checkpoint: str, per_trigger: int, log: str) -> subpr
            "--per-trigger", str(per_trigger)]
     with open(log, "ab") as fh:
         return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def in_flight(lake: str, checkpoint: str) -> tuple[int, int] | None:
+    """The micro-batch the query is in the middle of, and how many segment files it has staged and not committed
+    yet: Spark logged its offsets (``offsets/N``) and not its commit (``commits/N``), and its tasks wrote output.
+    None between batches."""
+    from coordinator import TransactionCoordinator, open_store
+    from coordinator.reader import uncommitted_paths
+
+    def ids(folder: str) -> set[int]:
+        try:
+            return {int(n) for n in os.listdir(os.path.join(checkpoint, folder)) if n.isdigit()}
+        except FileNotFoundError:
+            return set()
+
+    pending = ids("offsets") - ids("commits")
+    if not pending or not os.path.isdir(os.path.join(lake, "topics", OUT_TOPIC)):
+        return None
+    store = open_store(lake)
+    coord = TransactionCoordinator(store)
+    staged = sum(len(uncommitted_paths(store, coord.partition(OUT_TOPIC, p))) for p in range(2))
+    return (max(pending), staged) if staged else None
 
 
 def kill_group(proc: subprocess.Popen) -> None:
@@ -160,11 +184,13 @@ def main(argv: list[str] | None = None) -> int:
     checkpoint = os.path.join(os.path.dirname(lake) if args.lake else work, "ctp-checkpoint-" + str(args.seed))
     log = os.path.join(os.path.dirname(checkpoint), "ctp-driver.log")
     t0 = time.time()
-    n = produce_input(lake, args.records, rng)
-    print(f"produced {n} committed records into '{IN_TOPIC}' (plus aborted transactions) in {lake}")
+    n, aborted, aborts = produce_input(lake, args.records, rng)
+    print(f"produced {n} committed records into '{IN_TOPIC}' in {lake}, and {aborted} records in {aborts} aborted "
+          "transactions that no reader may see")
     per_trigger = max(10, n // 6)
     targets = sorted(rng.uniform(0.1, 0.85) * n for _ in range(args.kills))
     kills_done = 0
+    in_flight_batches: list[int] = []
     for target in targets:
         child = start_child(lake, checkpoint, per_trigger, log)
         while child.poll() is None and out_count(lake) < target:
@@ -172,11 +198,19 @@ def main(argv: list[str] | None = None) -> int:
         if child.poll() is not None:
             print(f"the query finished before kill point {int(target)}; not killed")
             continue
-        time.sleep(rng.uniform(0, 0.6))  # land anywhere in the micro-batch cycle
+        # kill it in the middle of a micro-batch: its offsets logged, its output staged, its commit not made
+        batch = None
+        while child.poll() is None and (batch := in_flight(lake, checkpoint)) is None:
+            time.sleep(0.02)
+        if child.poll() is not None or batch is None:
+            print(f"the query finished before kill point {int(target)}; not killed")
+            continue
         at = out_count(lake)
         kill_group(child)
         kills_done += 1
-        print(f"SIGKILLed the streaming driver (pid {child.pid}) with {at} of {n} records published")
+        in_flight_batches.append(batch[0])
+        print(f"SIGKILLed the streaming driver (pid {child.pid}) with {at} of {n} records published, in the middle of "
+              f"micro-batch {batch[0]} ({batch[1]} segment file(s) staged, not committed)")
     restarts = 0
     while True:
         child = start_child(lake, checkpoint, per_trigger, log)
@@ -188,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
         if out_count(lake) >= n or restarts >= 3:
             break
     print(f"{kills_done} kill(s), {kills_done + restarts} driver run(s), {time.time() - t0:.0f} s")
+    if in_flight_batches:
+        print(f"micro-batch(es) {', '.join(map(str, sorted(set(in_flight_batches))))} were in flight when killed: the "
+              "restarted query ran each again under the same batch id, and the sink committed it once")
     return 0 if proof(lake) else 1
 
 

@@ -1,5 +1,5 @@
-"""The consume-transform-produce demo, end to end: SIGKILLed at ten seeded random points, restarted from its
-checkpoint each time, exactly once."""
+"""The consume-transform-produce demo, end to end: SIGKILLed ten times, each in the middle of a micro-batch (its
+output staged, not committed), restarted from its checkpoint each time, exactly once."""
 
 from __future__ import annotations
 
@@ -22,8 +22,12 @@ def test_demo_proves_exactly_once_after_ten_kills(tmp_path: Path) -> None:
     )
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr[-3000:]
-    kills = re.findall(r"SIGKILLed the streaming driver \(pid \d+\) with (\d+) of 400 records published", out)
+    kills = re.findall(r"SIGKILLed the streaming driver \(pid \d+\) with (\d+) of 400 records published, in the "
+                       r"middle of micro-batch (\d+) \((\d+) segment file\(s\) staged, not committed\)", out)
     assert len(kills) == 10, out
+    assert all(int(staged) > 0 for _at, _batch, staged in kills), out
+    assert "were in flight when killed" in out, out
+    assert re.search(r"and \d+ records in \d+ aborted transactions", out), out
     assert "10 kill(s)" in out, out
     m = re.search(r"records in: (\d+), records out: (\d+), duplicates (\d+), missing (\d+)", out)
     assert m, out
