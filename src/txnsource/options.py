@@ -10,7 +10,7 @@ What to read (exactly one of):
     One topic or a comma-separated list.
 ``subscribePattern``
     A regular expression matched against whole topic names (Python :func:`re.fullmatch`). The topics are listed
-    when the read is planned (a stream: when the query starts; topics created later are read after a restart).
+    when the read is planned (a stream: at every micro-batch; a topic created later is read from its earliest offset).
 ``assign``
     JSON ``{"orders": [0, 1]}``: only these partitions (a stream then never picks up partitions added later).
 
