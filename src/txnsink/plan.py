@@ -6,7 +6,9 @@ column), else the row's ``topic`` column (a string column), so one job or micro-
 in one transaction. A ``partition`` column (an integer column) picks the row's partition; otherwise the
 ``partitionKey`` columns are hashed with the topic's partitioner, or, without a key, each task writes to one
 partition (rotating as its segments fill), so T tasks write about T files, not T x partitions. Routing columns are
-not stored; a topic that has columns of those names keeps them as data.
+not stored; a topic that has columns of those names keeps them as data (a write creating a topic with the ``topic``
+option stores a ``topic`` column, but routes by the ``partition`` column, as Kafka's sink; a value outside the
+topic's partitions, or a null, fails the write naming it).
 
 Each row's producer time (read back as ``_producerTimestamp``, Kafka's ``CreateTime``) is the time the writing task
 received the row's Arrow batch, or, as Kafka's sink takes a ``timestamp`` column, the row's value in a
@@ -140,11 +142,11 @@ def plan_write(options: Mapping[str, str], schema: StructType) -> tuple[WritePla
             existing: TopicMeta | None = get_topic(store, cfg.topic)
         except TopicNotFoundError:
             existing = None
-        # a routing column the topic does not hold is routing; a new topic takes every column as data
+        # a routing column the topic does not hold is routing; a new topic takes a topic column as data but, as
+        # Kafka's sink, routes by an integer partition column without storing it
         topic_col = topic_col if existing is not None and existing.schema.get_field_index(topic_col or "") < 0 \
             else None
-        part_col = part_col if existing is not None and existing.schema.get_field_index(part_col or "") < 0 \
-            else None
+        part_col = part_col if existing is None or existing.schema.get_field_index(part_col or "") < 0 else None
     elif topic_col is None:
         raise InvalidOptionError(
             "option topic is missing and the DataFrame has no string column named topic: name the topic with "
