@@ -1,14 +1,17 @@
 """Kafka parity of the sink: an integer ``partition`` column routes rows and is not stored, also on a write that
-creates the topic (Spark's Kafka sink never stores it as a value)."""
+creates the topic (Spark's Kafka sink never stores it as a value); record headers written from a ``headers`` (or
+``_headers``) column and read back with ``includeHeaders``."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from test_write_semantics import ids, save
 
-from coordinator import get_topic, open_store, read_snapshot
+from coordinator import create_topic, get_topic, open_store, read_snapshot
+from coordinator.segments import HEADERS_TYPE
 
 pytestmark = pytest.mark.spark
 
@@ -44,3 +47,46 @@ def test_a_partition_column_of_another_type_is_data(spark: Any, lake: str) -> No
     save(spark.range(3).selectExpr("id", "cast(id as string) as partition"), lake, topic="strs", numPartitions="2")
     table = read_snapshot(lake, ["strs"])["strs"]
     assert sorted(table.column("partition").to_pylist()) == ["0", "1", "2"]
+
+
+HEADERS_DDL = "id long, headers array<struct<key:string,value:binary>>"
+
+
+def test_headers_are_written_from_a_headers_column_and_read_with_include_headers(spark: Any, lake: str,
+                                                                                 tmp_path: Any) -> None:
+    df = spark.createDataFrame([(1, [("trace", b"t-1"), ("tenant", b"a")]), (2, None), (3, [])], HEADERS_DDL)
+    save(df, lake, topic="events")
+    assert get_topic(open_store(lake), "events").schema.names == ["id"]  # headers are not a data column
+    plain = spark.read.format("txnlog").option("topic", "events").load(lake)
+    assert "_headers" not in plain.columns and "headers" not in plain.columns
+    read = spark.read.format("txnlog").option("topic", "events").option("includeHeaders", "true").load(lake)
+    assert read.schema["_headers"].dataType.simpleString() == "array<struct<key:string,value:binary>>"
+    got = {r.id: None if r._headers is None else [(h.key, bytes(h.value)) for h in r._headers]
+           for r in read.select("id", "_headers").collect()}
+    want = {1: [("trace", b"t-1"), ("tenant", b"a")], 2: None, 3: []}
+    assert got == want
+    # a DataFrame read with its headers keeps them when written back (the _headers column)
+    save(read.select("id", "_headers"), lake, topic="copy")
+    copied = spark.read.format("txnlog").option("topic", "copy").option("includeHeaders", "true").load(lake)
+    assert {r.id: None if r._headers is None else [(h.key, bytes(h.value)) for h in r._headers]
+            for r in copied.collect()} == want
+    # streams carry them too
+    seen: dict[int, Any] = {}
+    query = (spark.readStream.format("txnlog").option("topic", "events").option("startingOffsets", "earliest")
+             .option("includeHeaders", "true").load(lake).writeStream
+             .option("checkpointLocation", str(tmp_path / "ck"))
+             .foreachBatch(lambda b, _id: seen.update((r.id, r._headers) for r in b.collect()))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(180)
+    assert {k: None if v is None else [(h.key, bytes(h.value)) for h in v] for k, v in seen.items()} == want
+
+
+def test_a_headers_column_the_topic_declares_stays_data(spark: Any, lake: str) -> None:
+    from pyspark.errors import AnalysisException
+
+    create_topic(open_store(lake), "declared", pa.schema([("id", pa.int64()), ("headers", HEADERS_TYPE)]))
+    save(spark.createDataFrame([(1, [("k", b"v")])], HEADERS_DDL), lake, topic="declared")
+    table = read_snapshot(lake, ["declared"])["declared"]
+    assert table.column("headers").to_pylist() == [[{"key": "k", "value": b"v"}]]
+    with pytest.raises(AnalysisException, match="'includeHeaders' = 'maybe'"):
+        spark.read.format("txnlog").option("topic", "declared").option("includeHeaders", "maybe").load(lake)
