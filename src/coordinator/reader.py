@@ -4,7 +4,8 @@ Every record read carries ``_topic``, ``_partition``, ``_offset``, ``_timestamp`
 ``LogAppendTime``) and ``_producerTimestamp`` (the producer's time of the record: Kafka's ``CreateTime``, read from
 the segment's :data:`coordinator.segments.PRODUCER_TS` column, or the one time its index gives every row of a file
 without that column; null for segments written before it existed). Asked for (:func:`output_schema` with
-``headers``), a record also carries ``_headers``, its record headers (null where none were given).
+``headers``), a record also carries ``_headers``, its record headers (null where none were given). A column
+schema evolution added (:mod:`coordinator.evolution`) reads as null in segments written before it.
 Records of staged segments that no commit marker names (open, aborted or undecided transactions) are returned only
 in ``read_uncommitted`` mode, with a null ``_offset`` and ``_timestamp``.
 """
@@ -17,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from coordinator.errors import InvalidOptionError
+from coordinator.evolution import ADDED_IN
 from coordinator.layout import data_dir, txn_of_file
 from coordinator.partition import PartitionLog, SegmentSlice
 from coordinator.records import parse_txn_id
@@ -96,6 +98,9 @@ def _assemble(
             arrays.append(col if col.type.equals(f.type) else col.cast(f.type))
         else:
             idx = table.schema.get_field_index(f.name)
+            if idx < 0 and f.metadata and ADDED_IN in f.metadata:  # written before schema evolution added it
+                arrays.append(pa.nulls(n, f.type))
+                continue
             if idx < 0:
                 raise CorruptLogError(f"segment {path} has no column {f.name!r}, which its topic declares")
             col = table.column(idx)

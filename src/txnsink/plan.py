@@ -152,6 +152,9 @@ def plan_write(options: Mapping[str, str], schema: StructType) -> tuple[WritePla
         topic_col = topic_col if existing is not None and existing.schema.get_field_index(topic_col or "") < 0 \
             else None
         part_col = part_col if existing is None or existing.schema.get_field_index(part_col or "") < 0 else None
+    elif cfg.merge_schema:
+        raise InvalidOptionError("option mergeSchema=true needs the topic option (rows routed by a topic column "
+                                 "write topics as they are)")
     elif topic_col is None:
         raise InvalidOptionError(
             "option topic is missing and the DataFrame has no string column named topic: name the topic with "
@@ -172,6 +175,10 @@ def plan_write(options: Mapping[str, str], schema: StructType) -> tuple[WritePla
     renames: dict[str, str] = {}
     if cfg.topic is not None:
         meta = ensure_topic(store, cfg, cfg.topic, data, existing)
+        if cfg.merge_schema:
+            from coordinator.evolution import evolve_schema
+
+            meta = evolve_schema(store, cfg.topic, data)
         renames = check_compatible(data, meta)
         if cfg.partition_key:
             check_key(meta, tuple(renames.get(c, c) for c in cfg.partition_key))

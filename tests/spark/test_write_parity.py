@@ -90,3 +90,22 @@ def test_a_headers_column_the_topic_declares_stays_data(spark: Any, lake: str) -
     assert table.column("headers").to_pylist() == [[{"key": "k", "value": b"v"}]]
     with pytest.raises(AnalysisException, match="'includeHeaders' = 'maybe'"):
         spark.read.format("txnlog").option("topic", "declared").option("includeHeaders", "maybe").load(lake)
+
+
+def test_merge_schema_adds_columns_and_widens_types(spark: Any, lake: str) -> None:
+    from pyspark.errors import PySparkException
+
+    save(spark.createDataFrame([(1, "a")], "n int, name string"), lake, topic="evolving")
+    wider = spark.createDataFrame([(2**40, "b", 0.5)], "n long, name string, score double")
+    with pytest.raises(PySparkException, match=r"unexpected columns \['score'\]"):
+        save(wider, lake, topic="evolving")  # without mergeSchema the topic's schema holds
+    save(wider, lake, topic="evolving", mergeSchema="true")
+    meta = get_topic(open_store(lake), "evolving")
+    assert meta.version == 1
+    assert [(f.name, str(f.type)) for f in meta.schema] == [("n", "int64"), ("name", "string"), ("score", "double")]
+    read = spark.read.format("txnlog").option("topic", "evolving").load(lake)
+    assert read.schema["n"].dataType.simpleString() == "bigint"
+    assert sorted(tuple(r) for r in read.select("n", "name", "score").collect()) == [(1, "a", None),
+                                                                                     (2**40, "b", 0.5)]
+    with pytest.raises(PySparkException, match="mergeSchema=true needs the topic option"):
+        save(spark.createDataFrame([(1, "evolving")], "n long, topic string"), lake, mergeSchema="true")
