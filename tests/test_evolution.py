@@ -65,3 +65,25 @@ def test_reserved_names_and_what_widens(tmp_path: object) -> None:
     assert not widens(pa.int64(), pa.int32()) and not widens(pa.int32(), pa.uint64())
     assert not widens(pa.int64(), pa.float64()) and not widens(pa.int64(), pa.int64())
     assert not widens(pa.string(), pa.large_string()) and not widens(pa.float64(), pa.float32())
+
+
+def test_compaction_merges_segments_from_before_and_after_an_evolution(tmp_path: object) -> None:
+    from coordinator import TransactionCoordinator
+    from coordinator.maintenance.compaction import compact_partition
+
+    lake = f"{tmp_path}/lake"
+    store = open_store(lake)
+    create_topic(store, "t", pa.schema([("id", pa.int32())]))
+    old = Producer(lake, "p")
+    old.init_transactions()
+    with old.transaction():
+        old.send("t", [{"id": 1}], partition=0)
+    evolve_schema(store, "t", pa.schema([("id", pa.int64()), ("tag", pa.string())]))
+    new = Producer(lake, "p2")
+    new.init_transactions()
+    with new.transaction():
+        new.send("t", [{"id": 2**40, "tag": "x"}], partition=0, headers=[("k", b"v")])
+    report = compact_partition(TransactionCoordinator(store), "t", 0)
+    assert report.segments_before == 2 and report.segments_after == 1
+    table = read_snapshot(lake, ["t"])["t"]
+    assert table.select(["id", "tag"]).to_pylist() == [{"id": 1, "tag": None}, {"id": 2**40, "tag": "x"}]
