@@ -109,3 +109,15 @@ def test_merge_schema_adds_columns_and_widens_types(spark: Any, lake: str) -> No
                                                                                      (2**40, "b", 0.5)]
     with pytest.raises(PySparkException, match="mergeSchema=true needs the topic option"):
         save(spark.createDataFrame([(1, "evolving")], "n long, topic string"), lake, mergeSchema="true")
+
+
+def test_the_native_read_path_reads_an_evolved_topic(spark: Any, lake: str) -> None:
+    import txnsource
+
+    save(spark.createDataFrame([(1, "a")], "n int, name string"), lake, topic="evolved")
+    save(spark.createDataFrame([(2**40, "b", 0.5)], "n long, name string, score double"), lake, topic="evolved",
+         mergeSchema="true")
+    for path in ("native", "python"):
+        df = txnsource.read(spark, lake, topic="evolved", readPath=path)
+        assert sorted(tuple(r) for r in df.select("n", "name", "score").collect()) == [(1, "a", None),
+                                                                                       (2**40, "b", 0.5)], path
