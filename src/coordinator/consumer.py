@@ -4,7 +4,7 @@
 with Consumer("file:///data/lake", group_id="etl") as consumer:
     consumer.subscribe(["orders"])
     for batch in consumer:       # pyarrow Tables: topic columns + _topic, _partition, _offset, _timestamp,
-                                 # _producerTimestamp
+                                 # _producerTimestamp (and _headers with include_headers=True)
         handle(batch)
         consumer.commit()        # the group's offsets, outside any transaction (Kafka's commitSync)
 ```
@@ -109,6 +109,7 @@ class Consumer:
         fail_on_data_loss: bool = True,
         options: Mapping[str, str] | StoreOptions | None = None,
         coordinator: TransactionCoordinator | None = None,
+        include_headers: bool = False,
     ) -> None:
         if isinstance(store, Mapping):
             store, options, conf = from_config(store, CONSUMER_KEYS, "Consumer")
@@ -129,6 +130,7 @@ class Consumer:
         self.coordinator = coordinator or TransactionCoordinator(self.store)
         self.auto_offset_reset = reset
         self.fail_on_data_loss = fail_on_data_loss
+        self.include_headers = bool(include_headers)  # polled tables carry _headers (Kafka's record headers)
         self.max_poll_records = max_poll_records
         self._positions: dict[TopicPartition, int] = {}
         self._schemas: dict[str, pa.Schema] = {}
@@ -238,7 +240,7 @@ class Consumer:
             meta = get_topic(self.store, topic)
             if not 0 <= p < meta.partitions:
                 raise InvalidOptionError(f"topic {topic!r} has no partition {p}")
-            self._schemas[topic] = output_schema(meta.schema)
+            self._schemas[topic] = output_schema(meta.schema, headers=self.include_headers)
             pos = committed.get(topic, {}).get(p)
             if pos is None:
                 pm = self.coordinator.log.refresh().partition(topic, p)

@@ -63,7 +63,7 @@ from coordinator.partitioner import legacy_partition, partition_for
 from coordinator.records import SegmentRef
 from coordinator.rows import producer_times as producer_times
 from coordinator.rows import to_table as to_table
-from coordinator.segments import FORMATS, stage_segment, stamp
+from coordinator.segments import FORMATS, stage_segment, stamp, with_headers
 from coordinator.store import Store, StoreOptions
 from coordinator.store_factory import open_store
 from coordinator.topics import TopicMeta, conform, get_topic
@@ -205,12 +205,16 @@ class Producer:
         partition: int | None = None,
         key: str | Sequence[str] | None = None,
         timestamp: dt.datetime | int | str | None = None,
+        headers: Sequence[tuple[str, bytes | str]] | str | None = None,
     ) -> None:
         """Buffer ``data`` for ``topic``: into ``partition``, or by the hash of the ``key`` column(s), or spread
         round-robin over the partitions. Each row's producer time (``_producerTimestamp``) is the time of this call,
         or ``timestamp``: a timezone-aware datetime or epoch milliseconds for every row, or the name of a column of
         ``data`` (timestamps, or integers as epoch milliseconds; nulls take the time of this call) that gives each
-        row's time and is stored only if it is a column of the topic.
+        row's time and is stored only if it is a column of the topic. ``headers`` gives the rows record headers
+        (Kafka's): ``(key, value)`` pairs for every row, or the name of a column of ``data`` holding each row's list
+        of ``{"key": str, "value": bytes}`` (stored only if it is a column of the topic); consumers read them with
+        ``include_headers``.
 
         Raises:
             InvalidTxnStateError: no open transaction (or the last commit is unresolved).
@@ -222,11 +226,22 @@ class Producer:
         meta = self._topic(topic)
         if isinstance(data, list) and not data:
             return
-        rows, when = producer_times(to_table(data, meta), timestamp, meta.schema.names)
+        raw = to_table(data, meta)
+        given: object = headers
+        if isinstance(headers, str):
+            idx = raw.schema.get_field_index(headers)
+            if idx < 0:
+                raise InvalidOptionError(f"headers column {headers!r} is not a column of the data")
+            given = raw.column(idx)
+            if headers not in meta.schema.names:
+                raw = raw.remove_column(idx)
+        rows, when = producer_times(raw, timestamp, meta.schema.names)
         table = conform(rows, meta)
         if table.num_rows == 0:
             return
         table = stamp(table, when)
+        if given is not None:
+            table = with_headers(table, given)
         if self._started_ms < 0:
             self._started_ms = clock.store_now_ms(self.store)  # the transaction's timeout counts from here
         if partition is not None:
@@ -513,7 +528,7 @@ class Producer:
         topic, partition = key
         seq = self._next_seq.get(key, 0)
         name = f"{self._txn}~{seq:010d}"
-        table = pa.concat_tables(tables)
+        table = pa.concat_tables(tables, promote_options="default")  # sends with and without headers
 
         def stage() -> SegmentRef:
             return stage_segment(self.store, topic, partition, table, name, seq=seq, fmt=self.config.segment_format)

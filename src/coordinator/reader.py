@@ -3,7 +3,9 @@
 Every record read carries ``_topic``, ``_partition``, ``_offset``, ``_timestamp`` (the commit time: Kafka's
 ``LogAppendTime``) and ``_producerTimestamp`` (the producer's time of the record: Kafka's ``CreateTime``, read from
 the segment's :data:`coordinator.segments.PRODUCER_TS` column, or the one time its index gives every row of a file
-without that column; null for segments written before it existed).
+without that column; null for segments written before it existed). Asked for (:func:`output_schema` with
+``headers``), a record also carries ``_headers``, its record headers (null where none were given). A column
+schema evolution added (:mod:`coordinator.evolution`) reads as null in segments written before it.
 Records of staged segments that no commit marker names (open, aborted or undecided transactions) are returned only
 in ``read_uncommitted`` mode, with a null ``_offset`` and ``_timestamp``.
 """
@@ -16,10 +18,11 @@ import numpy as np
 import pyarrow as pa
 
 from coordinator.errors import InvalidOptionError
+from coordinator.evolution import ADDED_IN
 from coordinator.layout import data_dir, txn_of_file
 from coordinator.partition import PartitionLog, SegmentSlice
 from coordinator.records import parse_txn_id
-from coordinator.segments import PRODUCER_TS, decode_rows, stream_rows
+from coordinator.segments import HEADERS, HEADERS_TYPE, PRODUCER_TS, decode_rows, stream_rows
 from coordinator.store import Store
 
 READ_COMMITTED = "read_committed"
@@ -35,6 +38,8 @@ METADATA_FIELDS: tuple[pa.Field, ...] = (
     pa.field(PRODUCER_TS, TIMESTAMP_TYPE, nullable=True),
 )
 METADATA_NAMES = tuple(f.name for f in METADATA_FIELDS)
+#: The record headers column, read only when asked for (Kafka's ``includeHeaders``).
+HEADERS_FIELD = pa.field(HEADERS, HEADERS_TYPE, nullable=True)
 
 
 def check_isolation(level: str) -> str:
@@ -45,9 +50,9 @@ def check_isolation(level: str) -> str:
     return norm
 
 
-def output_schema(topic_schema: pa.Schema) -> pa.Schema:
-    """The topic's columns followed by the metadata columns."""
-    return pa.schema(list(topic_schema) + list(METADATA_FIELDS))
+def output_schema(topic_schema: pa.Schema, *, headers: bool = False) -> pa.Schema:
+    """The topic's columns followed by the metadata columns (and, with ``headers``, :data:`HEADERS_FIELD`)."""
+    return pa.schema(list(topic_schema) + list(METADATA_FIELDS) + ([HEADERS_FIELD] if headers else []))
 
 
 def _slice_timestamps(sl: SegmentSlice) -> pa.Array:
@@ -87,8 +92,15 @@ def _assemble(
             col = pa.repeat(pa.scalar(ptime, TIMESTAMP_TYPE), n) if ptime is not None \
                 else pa.nulls(n, TIMESTAMP_TYPE) if idx < 0 else table.column(idx)
             arrays.append(col if col.type.equals(TIMESTAMP_TYPE) else col.cast(TIMESTAMP_TYPE))
+        elif f.name == HEADERS:
+            idx = table.schema.get_field_index(HEADERS)
+            col = pa.nulls(n, HEADERS_TYPE) if idx < 0 else table.column(idx)
+            arrays.append(col if col.type.equals(f.type) else col.cast(f.type))
         else:
             idx = table.schema.get_field_index(f.name)
+            if idx < 0 and f.metadata and ADDED_IN in f.metadata:  # written before schema evolution added it
+                arrays.append(pa.nulls(n, f.type))
+                continue
             if idx < 0:
                 raise CorruptLogError(f"segment {path} has no column {f.name!r}, which its topic declares")
             col = table.column(idx)

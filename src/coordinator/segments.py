@@ -10,6 +10,9 @@ what this process decoded (row groups and rows), so tests and benchmarks can see
 Besides the topic's columns, a segment holds each row's producer time (Kafka's ``CreateTime``) in the column
 :data:`PRODUCER_TS` (``timestamp[us, tz=UTC]``), which no topic can declare (names starting with ``_`` are reserved);
 :func:`stamp` adds it. Segments written before it existed lack it; readers give such rows a null producer time.
+Record headers (Kafka's ``headers``: a list of key/value pairs per row) are kept likewise in the reserved column
+:data:`HEADERS` (:data:`HEADERS_TYPE`), added by :func:`with_headers` only when a writer gives headers; rows of
+segments without it read as null headers.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ FORMATS = ("parquet", "arrow")
 #: The reserved segment column holding each row's producer time, read back as the metadata column of that name.
 PRODUCER_TS = "_producerTimestamp"
 PRODUCER_TS_TYPE = pa.timestamp("us", tz="UTC")
+#: The reserved segment column holding each row's record headers (Kafka's ``headers``), read back when asked for.
+HEADERS = "_headers"
+HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 #: Rows per Parquet row group of a new segment: the unit a partial read decodes. 256K rows: Spark's Parquet reader
 #: reads such files as fast as its own (10M rows: 0.75 s into noop against 0.86 s with 128K-row groups, 0.77 s
 #: for Spark's files), and a read of a few rows still decodes at most two row groups. Planning cuts segments at
@@ -91,6 +97,43 @@ def stamp(table: pa.Table, when: int | pa.Array | pa.ChunkedArray) -> pa.Table:
         if col.null_count:
             col = col.fill_null(pa.scalar(now_us(), PRODUCER_TS_TYPE))
     return table.append_column(pa.field(PRODUCER_TS, PRODUCER_TS_TYPE), col)
+
+
+def headers_array(headers: object, n: int) -> pa.Array | pa.ChunkedArray:
+    """``n`` rows of record headers as :data:`HEADERS_TYPE`: ``headers`` is one sequence of ``(key, value)`` pairs
+    for every row, or an Arrow array of one list of ``{key, value}`` structs per row (a null row has no headers).
+
+    Raises:
+        InvalidOptionError: another kind of value, an array of another length, or values that are not key (string)
+            / value (binary) pairs.
+    """
+    if isinstance(headers, (pa.Array, pa.ChunkedArray)):
+        if len(headers) != n:
+            raise InvalidOptionError(f"headers must be given for {n} rows, got {len(headers)}")
+        try:
+            return headers if headers.type.equals(HEADERS_TYPE) else headers.cast(HEADERS_TYPE)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise InvalidOptionError(f"headers of type {headers.type} are not a list of (key string, value "
+                                     f"binary) pairs: {exc}") from exc
+    if isinstance(headers, (list, tuple)):
+        try:
+            one = [{"key": str(k), "value": v.encode() if isinstance(v, str) else v} for k, v in headers]
+            return pa.array([one] * n, HEADERS_TYPE)
+        except (TypeError, ValueError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise InvalidOptionError(f"headers {headers!r} are not (key, value) pairs of a string and bytes") \
+                from exc
+    raise InvalidOptionError(f"headers must be (key, value) pairs or an Arrow array, not {type(headers).__name__}")
+
+
+def with_headers(table: pa.Table, headers: object) -> pa.Table:
+    """``table`` with its record-header column :data:`HEADERS` appended (see :func:`headers_array`).
+
+    Raises:
+        InvalidOptionError: ``table`` already has the column, or as :func:`headers_array`.
+    """
+    if table.schema.get_field_index(HEADERS) >= 0:
+        raise InvalidOptionError(f"rows already carry a {HEADERS!r} column")
+    return table.append_column(pa.field(HEADERS, HEADERS_TYPE), headers_array(headers, table.num_rows))
 
 
 def encode_table(table: pa.Table, fmt: str = "parquet", compression: str = "snappy") -> bytes:

@@ -416,6 +416,8 @@ def _native(df: DataFrame, path: str, options: Mapping[str, str], mode: str) -> 
     plan, store = plan_write({**options, "path": path}, df.schema)
     if plan.meta is None or plan.topic_column is not None or plan.partition_column is not None:
         raise NativeUnavailable("the DataFrame routes rows by a topic or partition column")
+    if plan.headers_column is not None:
+        raise NativeUnavailable(f"the DataFrame gives record headers (column {plan.headers_column!r})")
     meta = plan.meta
     check_types(meta)
     url = spark_url(plan.url)

@@ -40,6 +40,7 @@ KNOWN_OPTIONS = frozenset(
         "transactiontimeoutms",
         "writepath",
         "keyedtaskbytes",
+        "mergeschema",
     }
 ) | StoreOptions.KEYS
 
@@ -66,6 +67,8 @@ class SinkOptions:
         keyed_task_bytes: ``keyedTaskBytes``: a keyed write on the native path merges its input's Spark
             partitions into tasks of about this many bytes of input (Spark's estimate), never fewer tasks than
             cores, since each task writes one file per topic partition it touches (0: the input's partitioning).
+        merge_schema: ``mergeSchema`` (``true``/``false``): the write adds the DataFrame's new columns to the topic
+            (nullable) and widens numeric columns (see :mod:`coordinator.evolution`).
         store: object-store access (credentials hidden from ``repr``).
     """
 
@@ -80,6 +83,7 @@ class SinkOptions:
     transaction_timeout_ms: int = DEFAULT_SINK_TIMEOUT_MS
     write_path: str = "auto"
     keyed_task_bytes: int = DEFAULT_KEYED_TASK_BYTES
+    merge_schema: bool = False
     store: StoreOptions = field(default_factory=StoreOptions)
 
 
@@ -166,8 +170,12 @@ def parse_options(options: Mapping[str, str], *, stream: bool = False) -> SinkOp
     task_bytes = DEFAULT_KEYED_TASK_BYTES
     if "keyedtaskbytes" in lower:
         task_bytes = _int_option("keyedTaskBytes", lower["keyedtaskbytes"], 0, 2**62)
+    merge = lower.get("mergeschema", "false").strip().lower()
+    if merge not in ("true", "false"):
+        raise InvalidOptionError(f"option mergeSchema={lower['mergeschema']!r} must be 'true' or 'false'")
     return SinkOptions(
         root=root,
+        merge_schema=merge == "true",
         topic=topic,
         num_partitions=num,
         partition_key=key,

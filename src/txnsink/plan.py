@@ -6,13 +6,18 @@ column), else the row's ``topic`` column (a string column), so one job or micro-
 in one transaction. A ``partition`` column (an integer column) picks the row's partition; otherwise the
 ``partitionKey`` columns are hashed with the topic's partitioner, or, without a key, each task spreads its rows
 evenly over the topic's partitions (:mod:`txnsink.staging`: whole segments in turn, the rest split evenly, so a
-task writes a file per partition, as a keyed one does). Routing columns are
-not stored; a topic that has columns of those names keeps them as data.
+task writes a file per partition, as a keyed one does). Routing columns are not stored; a topic that has columns of
+those names keeps them as data (a write creating a topic with the ``topic`` option stores a ``topic`` column, but
+routes by the ``partition`` column, as Kafka's sink; a value outside the topic's partitions, or a null, fails the
+write naming it).
 
 Each row's producer time (read back as ``_producerTimestamp``, Kafka's ``CreateTime``) is the time the writing task
 received the row's Arrow batch, or, as Kafka's sink takes a ``timestamp`` column, the row's value in a
 ``_producerTimestamp`` column of the DataFrame (a ``timestamp`` column; a null takes the task's time). That column is
-not stored as data, so a DataFrame read from txnlog keeps its producer times when it is written back.
+not stored as data, so a DataFrame read from txnlog keeps its producer times when it is written back. Record
+headers come likewise from a ``_headers`` column, or, as in Kafka's sink, a ``headers`` column of type
+``array<struct<key:string,value:binary>>`` that the topic does not declare; they are stored in the reserved segment
+column :data:`coordinator.segments.HEADERS`.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from coordinator import (
 )
 from coordinator.partitioner import check_key
 from coordinator.probe import probe_conditional_writes
-from coordinator.segments import PRODUCER_TS
+from coordinator.segments import HEADERS, PRODUCER_TS
 from txnsink.options import SinkOptions, parse_options
 from txnsink.types import check_compatible, nullable, spark_to_arrow
 
@@ -65,6 +70,7 @@ class WritePlan:
             ``(rotation + i) % partitions``), drawn per write so that the odd rows of repeated small jobs spread
             over every partition.
         timestamp_column: the DataFrame's column of producer times (:data:`TIMESTAMP_COLUMN`), if any.
+        headers_column: the DataFrame's column of record headers (``_headers``, or ``headers``), if any.
     """
 
     options: SinkOptions
@@ -76,6 +82,7 @@ class WritePlan:
     partition_column: str | None = None
     rotation: int = 0
     timestamp_column: str | None = None
+    headers_column: str | None = None
 
     @property
     def label(self) -> str:
@@ -142,11 +149,14 @@ def plan_write(options: Mapping[str, str], schema: StructType) -> tuple[WritePla
             existing: TopicMeta | None = get_topic(store, cfg.topic)
         except TopicNotFoundError:
             existing = None
-        # a routing column the topic does not hold is routing; a new topic takes every column as data
+        # a routing column the topic does not hold is routing; a new topic takes a topic column as data but, as
+        # Kafka's sink, routes by an integer partition column without storing it
         topic_col = topic_col if existing is not None and existing.schema.get_field_index(topic_col or "") < 0 \
             else None
-        part_col = part_col if existing is not None and existing.schema.get_field_index(part_col or "") < 0 \
-            else None
+        part_col = part_col if existing is None or existing.schema.get_field_index(part_col or "") < 0 else None
+    elif cfg.merge_schema:
+        raise InvalidOptionError("option mergeSchema=true needs the topic option (rows routed by a topic column "
+                                 "write topics as they are)")
     elif topic_col is None:
         raise InvalidOptionError(
             "option topic is missing and the DataFrame has no string column named topic: name the topic with "
@@ -156,7 +166,8 @@ def plan_write(options: Mapping[str, str], schema: StructType) -> tuple[WritePla
     if ts_col is not None and not pa.types.is_timestamp(arrow.field(ts_col).type):
         raise InvalidOptionError(f"column {ts_col!r} gives each row's producer time and must be a timestamp, "
                                  f"not {arrow.field(ts_col).type}")
-    data = pa.schema([f for f in arrow if f.name not in (topic_col, part_col, ts_col)])
+    hdr_col = _headers_column(arrow, existing if cfg.topic is not None else None)
+    data = pa.schema([f for f in arrow if f.name not in (topic_col, part_col, ts_col, hdr_col)])
     missing = [c for c in cfg.partition_key if data.get_field_index(c) < 0]
     if missing:
         raise InvalidOptionError(
@@ -166,6 +177,10 @@ def plan_write(options: Mapping[str, str], schema: StructType) -> tuple[WritePla
     renames: dict[str, str] = {}
     if cfg.topic is not None:
         meta = ensure_topic(store, cfg, cfg.topic, data, existing)
+        if cfg.merge_schema:
+            from coordinator.evolution import evolve_schema
+
+            meta = evolve_schema(store, cfg.topic, data)
         renames = check_compatible(data, meta)
         if cfg.partition_key:
             check_key(meta, tuple(renames.get(c, c) for c in cfg.partition_key))
@@ -176,4 +191,33 @@ def plan_write(options: Mapping[str, str], schema: StructType) -> tuple[WritePla
         )
     probe_conditional_writes(store)  # topic creation probed already; an existing topic's writes need it too
     rotation = random.randrange(1 << 30)
-    return WritePlan(cfg, store.url, meta, data, renames, topic_col, part_col, rotation, ts_col), store
+    return WritePlan(cfg, store.url, meta, data, renames, topic_col, part_col, rotation, ts_col, hdr_col), store
+
+
+def _headers_column(arrow: pa.Schema, existing: TopicMeta | None) -> str | None:
+    """The DataFrame's record-header column: ``_headers`` (any case), else a ``headers`` column of Kafka's type
+    the topic does not declare.
+
+    Raises:
+        InvalidOptionError: a ``_headers`` column that is not a list of (key string, value binary) structs.
+    """
+    for f in arrow:
+        if f.name.lower() == HEADERS.lower():
+            if not _is_headers(f.type):
+                raise InvalidOptionError(f"column {f.name!r} gives each row's record headers and must be "
+                                         f"array<struct<key:string,value:binary>>, not {f.type}")
+            return f.name
+    for f in arrow:
+        if f.name.lower() == "headers" and _is_headers(f.type) and \
+                (existing is None or existing.schema.get_field_index(f.name) < 0):
+            return f.name
+    return None
+
+
+def _is_headers(t: pa.DataType) -> bool:
+    """Whether ``t`` can be stored as record headers (:data:`coordinator.segments.HEADERS_TYPE`)."""
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t)) or not pa.types.is_struct(t.value_type):
+        return False
+    inner = t.value_type
+    return [inner.field(i).name for i in range(inner.num_fields)] == ["key", "value"] and \
+        pa.types.is_string(inner.field(0).type) and pa.types.is_binary(inner.field(1).type)

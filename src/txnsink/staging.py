@@ -21,7 +21,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 from coordinator import InvalidOptionError, SegmentRef, Store, TopicMeta, check_name, conform, stage_segment
 from coordinator.layout import segment_name
 from coordinator.partitioner import check_key, partition_for
-from coordinator.segments import now_us, stamp
+from coordinator.segments import now_us, stamp, with_headers
 
 if TYPE_CHECKING:
     from txnsink.plan import WritePlan
@@ -309,6 +309,8 @@ def stage_batches(
                     data = data.rename_columns([renames.get(c, c) for c in data.column_names])
                 table = stamp(conform(data, meta),
                               arrived if plan.timestamp_column is None else part.column(plan.timestamp_column))
+                if plan.headers_column is not None:
+                    table = with_headers(table, part.column(plan.headers_column))
                 rows += table.num_rows
                 if given is not None:
                     pieces = _split_given(table, meta, given, plan.partition_column or "")

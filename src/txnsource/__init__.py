@@ -3,7 +3,7 @@
 Entry points for :class:`pyspark_txnlog.DefaultSource`:
 
 * :func:`read_schema`: the read schema (topic columns, united by name across topics, then ``_topic``,
-  ``_partition``, ``_offset``, ``_timestamp``, ``_producerTimestamp``);
+  ``_partition``, ``_offset``, ``_timestamp``, ``_producerTimestamp``, and ``_headers`` with ``includeHeaders``);
 * :func:`pin_read`: the snapshot a DataFrame pins when Spark creates its source (one DataFrame, one snapshot:
   :mod:`txnsource.pin`);
 * :func:`make_reader`: the batch reader (the pinned transaction-consistent snapshot, segment-range planning,
@@ -58,7 +58,12 @@ def read_schema(options: Mapping[str, str]) -> StructType:
     store = open_store(opts.path, opts.store)
     if opts.pattern is not None:
         opts = with_topics(opts, list_topics(store))
-    return to_spark_schema(union_schema([get_topic(store, t) for t in opts.topics]))
+    schema = union_schema([get_topic(store, t) for t in opts.topics])
+    if opts.include_headers:
+        from coordinator.reader import HEADERS_FIELD
+
+        schema = schema.append(HEADERS_FIELD)
+    return to_spark_schema(schema)
 
 
 def make_reader(options: Mapping[str, str], schema: StructType,

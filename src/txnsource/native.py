@@ -388,6 +388,8 @@ def native_frame(spark: SparkSession, opts: ReadOptions, schema: StructType | st
     from txnsource.schema import to_spark_schema, union_schema
 
     root = spark_root(opts)
+    if opts.include_headers:
+        raise NativeUnavailable("option 'includeHeaders' reads record headers, which the native scan does not")
     if getattr(spark, "_jsparkSession", None) is None:
         raise NativeUnavailable("a Spark Connect client cannot build the Parquet scan (it needs the driver's JVM); "
                                 "the data source reads, natively on a server with txnlog's session extension")

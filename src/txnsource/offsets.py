@@ -10,6 +10,7 @@ identically. Precedence of the options is Spark's Kafka source's: ``startingTime
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -226,7 +227,9 @@ def to_json(pos: Positions, topics: tuple[str, ...]) -> dict[str, dict[str, int]
 
 
 def from_json(doc: Mapping[str, object], opts: ReadOptions) -> Positions:
-    """Parse a streaming offset Spark hands back (possibly from an older checkpoint).
+    """Parse a streaming offset Spark hands back (possibly from an older checkpoint). With ``subscribePattern``
+    it may name any topic the pattern matches (one listed earlier and deleted since, or not listed yet) and leave
+    out topics created after it was written.
 
     Raises:
         InvalidOptionError: the offset is not a map of topic -> partition -> offset, or names a topic the query
@@ -236,7 +239,7 @@ def from_json(doc: Mapping[str, object], opts: ReadOptions) -> Positions:
     if not isinstance(doc, Mapping):
         raise InvalidOptionError(f"streaming offset {doc!r} is not a map of topic -> partition -> offset")
     for topic, parts in doc.items():
-        if topic not in opts.topics:
+        if topic not in opts.topics and not (opts.pattern is not None and re.fullmatch(opts.pattern, topic)):
             raise InvalidOptionError(
                 f"the checkpoint holds offsets of topic {topic!r}, which {opts.subscription} does not read; use a "
                 "new checkpoint location to change a query's topics"

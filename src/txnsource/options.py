@@ -10,7 +10,7 @@ What to read (exactly one of):
     One topic or a comma-separated list.
 ``subscribePattern``
     A regular expression matched against whole topic names (Python :func:`re.fullmatch`). The topics are listed
-    when the read is planned (a stream: when the query starts; topics created later are read after a restart).
+    when the read is planned (a stream: at every micro-batch; a topic created later is read from its earliest offset).
 ``assign``
     JSON ``{"orders": [0, 1]}``: only these partitions (a stream then never picks up partitions added later).
 
@@ -73,8 +73,9 @@ Other options:
 Record timestamps: ``_timestamp`` is the commit time of the record's transaction (Kafka's ``LogAppendTime``; all
 records of one transaction share it), ``_producerTimestamp`` the producer's time of the record (Kafka's
 ``CreateTime``; null for records written before segments stored it). The timestamp options go by ``_timestamp``.
-Records carry no Kafka-style headers of their own; a ``map<string,binary>`` column named ``headers`` is an ordinary
-topic column, written and read end to end.
+``includeHeaders`` (``true``/``false``, default false) adds ``_headers``, each record's Kafka-style headers
+(``array<struct<key:string,value:binary>>``; null where none were written). A ``map<string,binary>`` column named
+``headers`` is an ordinary topic column, written and read end to end.
 
 Batch reads refuse the stream-only options (they say so), streams refuse the batch-only ones; any other key is
 refused, so a misspelt option never passes silently.
@@ -123,7 +124,7 @@ _SUBSCRIBE_KEYS = ("topic", "subscribepattern", "assign")
 _COMMON_KEYS = frozenset({*_SUBSCRIBE_KEYS, "path", "startingoffsets", "startingtimestamp",
                           "startingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy", "isolationlevel",
                           "failondataloss", "maxpartitionbytes", "maxrecordsperpartition", "minpartitions",
-                          "readpath"}) | _STORE_KEYS
+                          "readpath", "includeheaders"}) | _STORE_KEYS
 #: Options only ``readStream`` takes (a batch read refuses them).
 STREAM_ONLY_KEYS = frozenset({"maxrecordspertrigger", "maxoffsetspertrigger", "minoffsetspertrigger",
                               "maxtriggerdelay", "maxbytespertrigger", "groupid"})
@@ -164,6 +165,7 @@ class ReadOptions:
         min_partitions: lower bound on the number of input partitions, or None.
         read_path: ``auto``, ``python`` or ``native`` (see :func:`txnsource.read`).
         as_of_seq: ``asOfSeq`` / ``versionAsOf``: the log entry whose snapshot a batch read takes, or None.
+        include_headers: the read adds the ``_headers`` column (``includeHeaders``).
         store: store access options (credentials hidden from ``repr``).
     """
 
@@ -190,6 +192,7 @@ class ReadOptions:
     min_partitions: int | None = None
     read_path: str = "auto"
     as_of_seq: int | None = None
+    include_headers: bool = False
     store: StoreOptions = field(default_factory=StoreOptions, repr=False)
 
     @property
@@ -265,6 +268,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None) -> Read
         max_bytes_per_trigger=positive_int("maxBytesPerTrigger", lower.get("maxbytespertrigger")),
         group_id=parse_group(lower.get("groupid")),
         fail_on_data_loss=parse_bool("failOnDataLoss", lower.get("failondataloss"), default=True),
+        include_headers=parse_bool("includeHeaders", lower.get("includeheaders"), default=False),
         max_partition_bytes=positive_int("maxPartitionBytes", lower.get("maxpartitionbytes"))
         or DEFAULT_MAX_PARTITION_BYTES,
         max_records_per_partition=positive_int("maxRecordsPerPartition", lower.get("maxrecordsperpartition")),

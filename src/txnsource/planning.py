@@ -230,10 +230,11 @@ def read_partition(store: Store, part: TxnInputPartition, target: pa.Schema) -> 
 
     from coordinator.partition import SegmentSlice
     from coordinator.reader import output_schema, read_slices, read_staged
+    from coordinator.segments import HEADERS
     from txnsource.pushdown import offset_mask
     from txnsource.schema import conform_batch
 
-    schema = output_schema(pa.ipc.read_schema(pa.py_buffer(part.schema_ipc)))
+    schema = output_schema(pa.ipc.read_schema(pa.py_buffer(part.schema_ipc)), headers=HEADERS in target.names)
     wanted = set(target.names) | ({"_offset"} if part.offsets is not None else set())
     columns = [n for n in schema.names if n in wanted]
     slices = [SegmentSlice(IndexedSegment(*s[:8], runs=s[10], ptime=s[11]), s[8], s[9]) for s in part.slices]

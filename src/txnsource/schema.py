@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from coordinator.errors import SchemaMismatchError
 from coordinator.reader import METADATA_FIELDS, METADATA_NAMES
+from coordinator.segments import HEADERS
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -109,7 +110,7 @@ def check_projection(names: Sequence[str], metas: Sequence[TopicMeta]) -> None:
     Raises:
         SchemaMismatchError: naming the first unknown column and the topics.
     """
-    known = set(METADATA_NAMES).union(*(m.schema.names for m in metas))
+    known = {*METADATA_NAMES, HEADERS}.union(*(m.schema.names for m in metas))
     for name in names:
         if name not in known:
             topics = ", ".join(repr(m.name) for m in metas)

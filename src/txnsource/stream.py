@@ -8,8 +8,11 @@ proportion to their backlog (Spark's Kafka source does the same), so a micro-bat
 transaction. pyspark 4.2 and 4.3 pass one ``ReadLimit`` (no composite): :meth:`TxnLogStreamReader.getDefaultReadLimit`
 returns the main one and every option given is applied unless Spark passes ``ReadAllAvailable``. Partitions added to
 a topic later (``coordinator.add_partitions``) are read from their start as soon as they hold data (not with
-``assign``). The topics are fixed when the query starts (``topic``, ``assign``, or ``subscribePattern`` listed
-then).
+``assign``). With ``subscribePattern`` the topics are listed again at every snapshot, so a topic created while the
+query runs is read from its earliest offset from the next micro-batch on (as Spark's Kafka source); a topic deleted
+meanwhile drops out of the offsets. The read schema stays the one resolved when the query started: a new topic's
+columns outside it are not read, and its columns missing from it read as nulls. With ``topic`` or ``assign`` the
+topics are fixed.
 
 Lag: neither pyspark 4.2 nor 4.3 lets a Python stream reader report custom metrics, so the reader implements
 ``reportLatestOffset``: each progress report's source shows ``latestOffset`` (the topics' committed end at the last
@@ -30,7 +33,9 @@ without the coordinator.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -91,9 +96,41 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._coord
 
     def _snapshot(self) -> Snapshot:
-        snap = take_snapshot(self._coordinator(), self.options)
+        """A snapshot of the topics read; with ``subscribePattern``, of the topics matching it now.
+
+        Raises:
+            TopicNotFoundError: a topic does not exist (with a pattern: none matches, or a matching topic was
+                deleted while the snapshot was taken, twice in a row).
+        """
+        from coordinator.errors import TopicNotFoundError
+
+        if self.options.pattern is None:
+            snap = take_snapshot(self._coordinator(), self.options)
+        else:
+            try:
+                snap = take_snapshot(self._coordinator(), self._relist())
+            except TopicNotFoundError:  # a matching topic was deleted between the listing and the snapshot
+                snap = take_snapshot(self._coordinator(), self._relist())
         self._latest = {(t, p): e for t, ends in snap.ends.items() for p, e in ends.items()}
         return snap
+
+    def _relist(self) -> ReadOptions:
+        """Re-resolve ``subscribePattern`` against the topics existing now (sorted, as the first listing).
+
+        Raises:
+            TopicNotFoundError: the pattern matches no topic any more.
+        """
+        from coordinator.errors import TopicNotFoundError
+        from coordinator.topics import list_topics
+
+        self._coordinator()
+        assert self._store is not None and self.options.pattern is not None
+        pattern = self.options.pattern
+        matched = tuple(n for n in list_topics(self._store) if re.fullmatch(pattern, n))
+        if not matched:
+            raise TopicNotFoundError(f"option 'subscribePattern' = {pattern!r} matches no topic any more")
+        self.options = replace(self.options, topics=matched)
+        return self.options
 
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's name
         """Where a new query starts: ``startingOffsets`` (default ``latest``) resolved at a snapshot taken now.
@@ -136,13 +173,13 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             OffsetOutOfRangeError: ``start`` lies above a partition's log end (the topic was re-created) and
                 ``failOnDataLoss`` is true.
         """
-        topics = self.options.topics
         begin = from_json(start, self.options)
         # Spark plans a micro-batch only after the previous one finished, so ``start`` has been processed; it
         # commits the previous batch to the source only when it plans the next one, so the final batch of an
         # availableNow run would otherwise never be recorded
         self._record_group(begin)
         snap = self._snapshot()
+        topics = self.options.topics  # with a pattern, as listed by this snapshot: new topics start at earliest
         lags: dict[tuple[str, int], int] = {}
         base: Positions = {}
         for topic in topics:
@@ -253,9 +290,10 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 s = plog.start_offset
             if e > s:
                 ranges[tp] = (s, e)
-        if len(self._metas) < len(topics):
+        wanted = set(topics).union(t for t, _ in ranges)  # a replayed batch may name a topic not listed yet
+        if not wanted <= self._metas.keys():
             assert self._store is not None
-            self._metas = {t: get_topic(self._store, t) for t in topics}
+            self._metas = {t: self._metas.get(t) or get_topic(self._store, t) for t in sorted(wanted)}
             check_projection(self.schema.names, list(self._metas.values()))
         return plan_partitions(coord, self._metas, ranges, Pushdown(),
                                target_bytes=self.options.max_partition_bytes,

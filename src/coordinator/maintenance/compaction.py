@@ -11,7 +11,7 @@ from coordinator import faults, parallel
 from coordinator.clock import store_now_ms
 from coordinator.coordinator import TransactionCoordinator
 from coordinator.decisions import LayoutRequest
-from coordinator.errors import InvalidOptionError
+from coordinator.errors import InvalidOptionError, TopicNotFoundError
 from coordinator.layout import (
     data_path,
     segment_name,
@@ -21,6 +21,7 @@ from coordinator.partition import IndexedSegment
 from coordinator.probe import probe_conditional_writes
 from coordinator.records import MarkerSegment, ReplaceItem
 from coordinator.segments import PRODUCER_TS, encode_table, read_segment, stamp
+from coordinator.topics import get_topic
 
 
 def _groups(segs: list[IndexedSegment], target: int, start: int) -> list[list[IndexedSegment]]:
@@ -52,6 +53,19 @@ def _rows(coord: TransactionCoordinator, seg: IndexedSegment) -> pa.Table:
     return table if seg.ptime is None or PRODUCER_TS in table.schema.names else stamp(table, seg.ptime)
 
 
+def _widened(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with the columns schema evolution widened (:mod:`coordinator.evolution`) cast to the topic's type,
+    so segments from before and after the change merge into one file."""
+    from coordinator.evolution import widens
+
+    for i, f in enumerate(table.schema):
+        idx = schema.get_field_index(f.name)
+        if idx >= 0 and widens(f.type, schema.field(idx).type):
+            want = schema.field(idx).type
+            table = table.set_column(i, f.with_type(want), table.column(i).cast(want))
+    return table
+
+
 def compact_partition(
     coord: TransactionCoordinator,
     topic: str,
@@ -79,9 +93,13 @@ def compact_partition(
     plog = coord.partition(topic, partition)
     plog.refresh()
     report = MaintenanceReport(segments_before=len(plog.segments))
+    try:
+        schema = get_topic(coord.store, topic).schema
+    except TopicNotFoundError:  # deleted meanwhile: its segments are merged as they are
+        schema = pa.schema([])
     for group in _groups(list(plog.segments), target_bytes, plog.start_offset):
         layout = coord.log.state.partition(topic, partition).layout
-        tables = parallel.pmap(lambda s: _rows(coord, s), group)
+        tables = [_widened(t, schema) for t in parallel.pmap(lambda s: _rows(coord, s), group)]
         merged = pa.concat_tables(tables, promote_options="default")  # older segments lack producer times
         data = encode_table(merged, fmt)
         ext = ".parquet" if fmt == "parquet" else ".arrow"
