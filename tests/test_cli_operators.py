@@ -373,3 +373,16 @@ def test_repair_says_which_damage_it_cannot_repair(lake: Lake, capsys: pytest.Ca
     # The record is written; the segment is still named as beyond repair.
     code, out, _ = run(capsys, "--store", lake.url, "repair")
     assert code == 1 and "nothing to repair" in out and "cannot repair 1 problem(s)" in out
+
+
+def test_lag_flags_committed_offsets_outside_the_partition_in_its_table(lake: Lake,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from cli_lake import TOPIC
+    from coordinator import TransactionCoordinator
+
+    TransactionCoordinator(lake.open()).commit_group_offsets("far", {TOPIC: {1: 10_000}})
+    code, out, err = run(capsys, "--store", lake.url, "lag", "--group", "far")
+    assert code == 0, err
+    assert "OUT OF RANGE" in out.splitlines()[0]
+    [row] = [line for line in out.splitlines() if line.split()[:3] == ["far", TOPIC, "1"]]
+    assert re.search(r"beyond end \d+$", row), out

@@ -32,8 +32,9 @@ def cmd_lag(args: argparse.Namespace, settings: Settings, out: Output) -> int:
     if out.json_mode:
         out.emit_json(rows)
     else:
-        out.emit(render_table(rows, ["group", "topic", "partition", "committed", "end_offset", "lag"],
-                              ["GROUP", "TOPIC", "PARTITION", "COMMITTED", "END", "LAG"],
+        shown = [{**r, "flag": r.get("out_of_range") or ""} for r in rows]
+        out.emit(render_table(shown, ["group", "topic", "partition", "committed", "end_offset", "lag", "flag"],
+                              ["GROUP", "TOPIC", "PARTITION", "COMMITTED", "END", "LAG", "OUT OF RANGE"],
                               right=["partition", "committed", "end_offset", "lag"]))
     return EXIT_OK
 
