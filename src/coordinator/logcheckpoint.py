@@ -43,6 +43,8 @@ log = logging.getLogger("coordinator.txnlog")  # the transaction log logs under 
 TRUNCATE_EVERY = 16
 #: Whenever a checkpoint crosses a multiple of this many checkpoint intervals, it is also kept under its own number
 #: (fallback, truncation point).
+#: attempts at writing an entry's partition records after its commit point (a failure is logged, never raised)
+RECORD_ATTEMPTS = 3
 NUMBERED_EVERY = 4
 
 
@@ -110,7 +112,16 @@ class LogCheckpoints:
     def _after_win(self, entry: LogEntry, decided: list[str]) -> None:
         """Derived work after creating ``entry``; never fails the commit (everything here is derived data)."""
         try:
-            self._write_records(entry)
+            for attempt in range(RECORD_ATTEMPTS):
+                # an acknowledged commit whose records are written is one a damaged entry cannot take away: retry a
+                # failed write a few times before leaving it to readers and checkpoint writers
+                try:
+                    self._write_records(entry)
+                    break
+                except (TxnLogError, OSError):
+                    if attempt + 1 == RECORD_ATTEMPTS:
+                        raise
+                    time.sleep(0.05 * 4 ** attempt)
             if decided:
                 parallel.background(functools.partial(self._delete_quietly, [intent_path(r) for r in decided]))
         except (TxnLogError, OSError) as exc:
