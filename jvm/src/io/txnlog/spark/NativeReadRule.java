@@ -1,15 +1,9 @@
 package io.txnlog.spark;
 
-import java.util.ArrayList;
 import java.util.HashMap;
-import java.util.List;
 import java.util.Map;
 
-import org.apache.spark.sql.catalyst.expressions.Alias;
-import org.apache.spark.sql.catalyst.expressions.Attribute;
-import org.apache.spark.sql.catalyst.expressions.NamedExpression;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
-import org.apache.spark.sql.catalyst.plans.logical.Project;
 import org.apache.spark.sql.catalyst.rules.Rule;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation;
@@ -17,7 +11,6 @@ import org.apache.spark.sql.execution.datasources.v2.DataSourceV2ScanRelation;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
 import org.apache.spark.sql.internal.SQLConf;
 
-import scala.jdk.javaapi.CollectionConverters;
 
 /**
  * An optimizer rule (installed per session by {@code txnsource.enable_native}) that replaces every batch scan of the
@@ -78,22 +71,7 @@ public class NativeReadRule extends Rule<LogicalPlan> {
             return null;
         }
         LogicalPlan child = ((org.apache.spark.sql.classic.Dataset<?>) got).queryExecution().optimizedPlan();
-        List<Attribute> want = new ArrayList<>(CollectionConverters.asJava(scan.output()));
-        List<Attribute> have = new ArrayList<>(CollectionConverters.asJava(child.output()));
-        if (want.size() != have.size()) {
-            return null;
-        }
-        List<NamedExpression> columns = new ArrayList<>();
-        for (int i = 0; i < want.size(); i++) {
-            Attribute w = want.get(i);
-            Attribute h = have.get(i);
-            if (!w.name().equals(h.name()) || !w.dataType().sameType(h.dataType()) || (h.nullable() && !w.nullable())) {
-                return null;
-            }
-            columns.add(new Alias(h, w.name(), w.exprId(), CollectionConverters.asScala(new ArrayList<String>()).toSeq(),
-                    scala.Option.empty(), CollectionConverters.asScala(new ArrayList<String>()).toSeq()));
-        }
-        return new Project(CollectionConverters.asScala(columns).toSeq(), child);
+        return ExtensionReadRule.project(scan.output(), child);
     }
 
     /**
