@@ -197,6 +197,12 @@ MUTANTS: tuple[Mutant, ...] = (
          "replace_can_publish_it",),
         "G1: a compaction told anything but done deletes a merged file an entry it created may have published"),
     Mutant(
+        "rebuild-trusts-staged-rows", "coordinator/logrebuild.py",
+        "        if not ops or ops[-1].base + sum(m.rows for m in ops[-1].segments) != end:",
+        "        if not ops:",
+        ("tests/test_damage.py::test_repair_log_refuses_staged_files_that_do_not_end_where_the_next_record_starts",),
+        "G2: a stray staged file is published into a rebuilt commit whose offsets then overlap the next record's"),
+    Mutant(
         "sink-commit-deletes-on-fenced", "txnsink/batch.py",
         "result = coord.commit(self.ident, self.txn, segs, app=app, end_producer=self.ephemeral)",
         "result = coord.commit(self.ident, self.txn, segs, app=app, end_producer=self.ephemeral) if "

@@ -334,6 +334,48 @@ def test_repair_log_completes_a_commit_from_its_staged_files_where_its_record_wa
     assert list(ti.verify(backend.open())) == []
 
 
+def test_repair_log_completes_a_missing_record_the_entries_after_it_continue_from(backend: Backend) -> None:
+    """As above, but entries after the damaged one wrote that partition's next record: the commit's part there is
+    taken from its staged files only when it ends exactly where the next record's first commit starts."""
+    make_topic(backend.open(), partitions=2)
+    p = producer(backend, "p")
+    commit(p, [1, 2], partitions=(0, 1))
+    seq = fresh_state(backend).seq + 1
+    commit(p, [3, 4, 5, 6], partitions=(0, 1))  # entry seq: 3, 5 in partition 0; 4, 6 in partition 1
+    commit(p, [7], partitions=(1,))  # entry seq + 1: partition 1's next record starts at offset 3
+    want = read(backend)
+    store = backend.open()
+    store.delete(marker_path("t", 1, 1))  # entry seq's record in partition 1: never written
+    flip(store, txn_log_path(seq))
+    [obj] = TransactionCoordinator(backend.open()).repair_log(execute=True).objects
+    assert obj.action == "rebuild", obj.why
+    assert any("in t/1 [1, 3): from its staged segment files" in line for line in obj.recovered)
+    assert read(backend) == want
+    assert list(ti.verify(backend.open())) == []
+
+
+def test_repair_log_refuses_staged_files_that_do_not_end_where_the_next_record_starts(backend: Backend) -> None:
+    """The same, with one more staged file of the commit in that partition than it published (as a stray file
+    would be): the completion would not end where the next record starts, so the entry is not rebuilt from it."""
+    from coordinator.layout import data_dir
+
+    make_topic(backend.open(), partitions=2)
+    p = producer(backend, "p")
+    commit(p, [1, 2], partitions=(0, 1))
+    seq = fresh_state(backend).seq + 1
+    commit(p, [3, 4, 5, 6], partitions=(0, 1))
+    commit(p, [7], partitions=(1,))
+    store = backend.open()
+    [name] = [n for n in store.list(data_dir("t", 1)) if n.startswith("p.0.0.1~")]
+    head, tail = name.split("~")
+    stray = f"{head}~{int(tail[:10]) + 1:010d}{tail[10:]}"
+    store.put(f"{data_dir('t', 1)}/{stray}", store.get(f"{data_dir('t', 1)}/{name}"))
+    store.delete(marker_path("t", 1, 1))
+    flip(store, txn_log_path(seq))
+    [obj] = TransactionCoordinator(backend.open()).repair_log().objects
+    assert obj.action == "cannot" and "is missing: the commits of entry" in obj.why
+
+
 def test_a_fence_only_the_damaged_entry_held_stays_a_fence_after_repair(backend: Backend) -> None:
     """G3 across a repair: the damaged entry alone held a newer init of 'z', which fenced the epoch a zombie still
     holds. No copy says so, so the rebuilt entry fences 'z' for good: the zombie is refused, never current again."""

@@ -99,9 +99,10 @@ def rebuild_entry(store: Store, seq: int, before: CoordinatorState, *, later: Se
         StoreError: the store failed.
     """
     notes = _Notes(known=known)
-    found = _records_of_entry(store, seq, before, later, partitions)
-    if isinstance(found, str):
-        return Rebuilt(seq, None, problem=found)
+    got = _records_of_entry(store, seq, before, later, partitions)
+    if isinstance(got, str):
+        return Rebuilt(seq, None, problem=got)
+    found, lacking = got
     times = {r.ts for r in found.values()}
     if len(times) > 1:
         return Rebuilt(seq, None, problem=f"the partition records of entry {seq} disagree on its time: {times}")
@@ -120,7 +121,7 @@ def rebuild_entry(store: Store, seq: int, before: CoordinatorState, *, later: Se
     offsets_unknown: list[str] = []
     touched_later = {(t, p) for e in later for t, p, _idx in e.touched}
     staged = StagedCopies(store, [tp for tp in sorted(set(partitions) | set(before.partitions))
-                                  if tp not in found and tp not in touched_later])
+                                  if tp not in found and tp not in touched_later] + sorted(lacking))
     for key in order:
         for item in _decided(store, seq, key, found, scratch, ts, intents, later, notes, offsets_unknown, staged):
             scratch.apply_item(item, ts)
@@ -157,6 +158,11 @@ def rebuild_entry(store: Store, seq: int, before: CoordinatorState, *, later: Se
         same, why = False, str(exc)
     else:
         why = "they differ"
+    for tp, (problem, end) in sorted(lacking.items()):
+        rec = defined.get(tp) if same else None
+        ops = [op for op in rec.ops if isinstance(op, CommitOp)] if rec is not None else []
+        if not ops or ops[-1].base + sum(m.rows for m in ops[-1].segments) != end:
+            return Rebuilt(seq, None, problem=problem)
     if not same:
         return Rebuilt(seq, None, problem=f"the rebuilt entry {seq} does not define the partition records it was "
                                           f"rebuilt from ({why})")
@@ -187,10 +193,14 @@ def rebuilt_note(data: bytes, where: str) -> dict[str, list[str]] | None:
 
 
 def _records_of_entry(store: Store, seq: int, before: CoordinatorState, later: Sequence[LogEntry],
-                      partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], PartitionRecord] | str:
+                      partitions: Sequence[tuple[str, int]]
+                      ) -> tuple[dict[tuple[str, int], PartitionRecord], dict[tuple[str, int], tuple[str, int]]] | str:
     """The partition records entry ``seq`` wrote: in each partition, the record after those ``before`` counts, when
-    it names the entry. A string when they cannot be told (a record the entry must have written is missing or
-    damaged)."""
+    it names the entry; and the partitions where the entry wrote a record that is missing (the entries after it
+    continue at the next record), each with the problem to report and the offset that next record's first commit
+    starts at (the partition's end after the entry: a rebuild completing that partition from staged files must end
+    there). A string when they cannot be told (a record the entry wrote is damaged, or missing where the next
+    record does not start with a commit)."""
     by_later: dict[tuple[str, int], int] = {}
     for e in later:
         for t, p, idx in e.touched:
@@ -207,6 +217,7 @@ def _records_of_entry(store: Store, seq: int, before: CoordinatorState, later: S
             return exc
 
     found: dict[tuple[str, int], PartitionRecord] = {}
+    lacking: dict[tuple[str, int], tuple[str, int]] = {}
     for tp, rec in zip(cands, parallel.pmap(fetch, cands), strict=True):
         idx = before.partition(*tp).next_idx
         path = marker_path(tp[0], tp[1], idx)
@@ -218,11 +229,26 @@ def _records_of_entry(store: Store, seq: int, before: CoordinatorState, later: S
                 return f"partition record {path} is damaged too: it names entry {rec.seq}"
         elif first_later is not None and first_later > idx:
             what = "missing" if rec is None else f"damaged too ({rec})"
-            return (f"partition record {path}, which entry {seq} wrote (the entries after it continue at record "
-                    f"{first_later}), is {what}: the commits of entry {seq} there have no copy")
+            problem = (f"partition record {path}, which entry {seq} wrote (the entries after it continue at record "
+                       f"{first_later}), is {what}: the commits of entry {seq} there have no copy")
+            end = _next_base(store, tp, first_later) if rec is None else None
+            if end is None:
+                return problem
+            lacking[tp] = (problem, end)
         elif rec is not None and first_later != idx:
             return f"partition record {path} is damaged too ({rec}): whether entry {seq} wrote it cannot be told"
-    return found
+    return found, lacking
+
+
+def _next_base(store: Store, tp: tuple[str, int], idx: int) -> int | None:
+    """The offset the first commit of partition record ``idx`` starts at (None: it is missing, damaged, or does not
+    start with a commit)."""
+    path = marker_path(tp[0], tp[1], idx)
+    try:
+        rec = PartitionRecord.from_bytes(store.get(path), path)
+    except (FileNotFoundError, CorruptLogError):
+        return None
+    return rec.ops[0].base if rec.ops and isinstance(rec.ops[0], CommitOp) else None
 
 
 _Key = tuple[str, str, int, int]  # ("c", txn, -1, -1) or ("r"/"t", "topic", partition, op index)

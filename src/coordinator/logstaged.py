@@ -8,7 +8,9 @@ For a Python producer's transaction (``p.<pid>.<epoch>.<n>``) those files are ex
 producer stages each partition's rows under ``<txn>~<sequence number>``, drops them from its buffer only once staged,
 restages a failed stage under the same name, and stages everything still buffered before it commits. So a partition
 no later entry touched, whose record after the state before the entry is missing, and that holds staged files of a
-commit the other records prove, gets those files as the commit's part there, at the partition's end. Spark's
+commit the other records prove, gets those files as the commit's part there, at the partition's end; where entries
+after it continue that partition at the next record, the part must end exactly where that record's first commit
+starts, else the entry is not rebuilt. Spark's
 application commits stage files per task attempt (a failed attempt's files are not committed), so for them the
 files prove nothing: they are named as a possible loss instead.
 """
