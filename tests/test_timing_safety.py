@@ -432,6 +432,28 @@ def test_a_commit_whose_entry_reply_was_lost_is_never_answered_fenced_after_a_tr
     assert "lost" in _values(url)
 
 
+def _a_reader_with_a_recent_view(monkeypatch: pytest.MonkeyPatch,
+                                 window: float) -> tuple[str, _Paused, TransactionCoordinator, int]:
+    """A store with one producer, and a reader (behind :class:`_Paused`) that has just read the log, with
+    ``RECENT_S`` set to ``window``: the store's URL, the reader's store and coordinator, and its view's entry."""
+    from coordinator import txnlog
+
+    monkeypatch.setattr(txnlog, "RECENT_S", window)
+    url = _memory()
+    Producer(open_store(url), "first").init_transactions()
+    net = _Paused(open_store(url))
+    reader = TransactionCoordinator(net, checkpoint_interval=0)
+    return url, net, reader, reader.log.refresh().seq
+
+
+def _commit_late(url: str) -> None:
+    """Another process commits the value "late" (acknowledged when this returns)."""
+    late = Producer(open_store(url), "late")
+    late.init_transactions()
+    with late.transaction():
+        late.send("t", [{"v": "late"}])
+
+
 def test_a_read_begun_after_an_acknowledged_commit_sees_it_after_its_reader_paused_inside_a_refresh(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """G1/G5 as readers see them (found by the long histories, seed 329 of ``run.py --long``). A reader pauses
@@ -439,15 +461,7 @@ def test_a_read_begun_after_an_acknowledged_commit_sees_it_after_its_reader_paus
     commit is acknowledged, and the reader reads. Its view looked recent when the refresh *ended*, so it asked for
     its next entry by name, found the number freed and read a stale snapshot missing the acknowledged commit.
     Recency now counts from the start of the refresh that made the view, so the paused reader lists the log."""
-    from coordinator import txnlog
-
-    monkeypatch.setattr(txnlog, "RECENT_S", 1.0)
-    url = _memory()
-    first = Producer(open_store(url), "first")
-    first.init_transactions()
-    net = _Paused(open_store(url))
-    reader = TransactionCoordinator(net, checkpoint_interval=0)
-    view = reader.log.refresh().seq
+    url, net, reader, view = _a_reader_with_a_recent_view(monkeypatch, 1.0)
 
     def pass_by() -> None:
         _others_move_on_and_truncate(url)
@@ -458,10 +472,7 @@ def test_a_read_begun_after_an_acknowledged_commit_sees_it_after_its_reader_paus
     net.after = lambda kind, path: pause() if kind == "get-missing" and path == nxt else None
     reader.log.refresh()  # paused inside: told there is no next entry, the answer arrives after the pause
     assert view + 1 not in _entries(url)
-    late = Producer(open_store(url), "late")
-    late.init_transactions()
-    with late.transaction():
-        late.send("t", [{"v": "late"}])
+    _commit_late(url)
     got = read_snapshot(net, ["t"], coordinator=reader)["t"].column("v").to_pylist()
     assert "late" in got, "a read begun after the acknowledgement misses it"
 
@@ -472,21 +483,10 @@ def test_a_read_whose_request_paused_before_the_store_applied_it_sees_what_was_a
     whose view is recent asks for its next entry by name; the request pauses before the store applies it, while a
     commit is acknowledged and others truncate the log past the number asked for. "No such entry" then says nothing
     about the log's end: the reader must list, and see the acknowledged commit."""
-    from coordinator import txnlog
-
-    monkeypatch.setattr(txnlog, "RECENT_S", 1.0)
-    url = _memory()
-    first = Producer(open_store(url), "first")
-    first.init_transactions()
-    net = _Paused(open_store(url))
-    reader = TransactionCoordinator(net, checkpoint_interval=0)
-    view = reader.log.refresh().seq
+    url, net, reader, view = _a_reader_with_a_recent_view(monkeypatch, 1.0)
 
     def ack_then_truncate() -> None:
-        late = Producer(open_store(url), "late")
-        late.init_transactions()
-        with late.transaction():
-            late.send("t", [{"v": "late"}])
+        _commit_late(url)
         _others_move_on_and_truncate(url)
         time.sleep(1.2)  # the request is applied after RECENT_S
 
@@ -505,25 +505,14 @@ def test_a_by_name_answer_counts_as_recent_from_when_it_was_asked_not_from_when_
     the view counts as recent from then. Counted from when the answer arrived, a read begun after the window
     (measured from the question) would still ask by name, find the number freed by a truncation meanwhile and miss
     a commit acknowledged before it began."""
-    from coordinator import txnlog
-
     window = 2.0
-    monkeypatch.setattr(txnlog, "RECENT_S", window)
-    url = _memory()
-    first = Producer(open_store(url), "first")
-    first.init_transactions()
-    net = _Paused(open_store(url))
-    reader = TransactionCoordinator(net, checkpoint_interval=0)
-    view = reader.log.refresh().seq
+    url, net, reader, view = _a_reader_with_a_recent_view(monkeypatch, window)
     asked: list[float] = []
 
     def late_answer() -> None:
         asked.append(time.monotonic())
         _others_move_on_and_truncate(url)
-        late = Producer(open_store(url), "late")
-        late.init_transactions()
-        with late.transaction():
-            late.send("t", [{"v": "late"}])
+        _commit_late(url)
         left = asked[0] + 0.7 * window - time.monotonic()
         assert left > 0, "the scene took longer than the window it must fit in"
         time.sleep(left)
