@@ -98,7 +98,9 @@ class StoreOptions:
 
     #: The option keys (lower case) :meth:`from_options` reads.
     KEYS = frozenset({"s3.endpoint", "s3.key", "s3.secret", "s3.region", "s3.token", "s3.maxattempts",
-                      "s3.timebudget", "s3.connecttimeout", "s3.readtimeout"})
+                      "s3.timebudget", "s3.connecttimeout", "s3.readtimeout",
+                      "azure.account", "azure.key", "azure.sastoken", "azure.endpoint",
+                      "gcs.project", "gcs.token", "gcs.endpoint"})
 
     endpoint: str | None = None
     key: str | None = field(default=None, repr=False)
@@ -110,10 +112,19 @@ class StoreOptions:
     time_budget: float | None = None
     connect_timeout: float | None = None
     read_timeout: float | None = None
+    #: Azure Blob Storage (``az://``, ``abfs://``, ``abfss://``): account name, account key, SAS token, endpoint
+    azure_account: str | None = None
+    azure_key: str | None = field(default=None, repr=False)
+    azure_sas_token: str | None = field(default=None, repr=False)
+    azure_endpoint: str | None = None
+    #: Google Cloud Storage (``gs://``): project, token (a credentials file path, or ``anon``), endpoint
+    gcs_project: str | None = None
+    gcs_token: str | None = field(default=None, repr=False)
+    gcs_endpoint: str | None = None
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> StoreOptions:
-        """Pick the ``s3.*`` keys (case-insensitive) out of a Spark-style option map."""
+        """Pick the ``s3.*``, ``azure.*`` and ``gcs.*`` keys (case-insensitive) out of a Spark-style option map."""
         lower = {k.lower(): v for k, v in options.items()}
         return cls(
             endpoint=lower.get("s3.endpoint") or None,
@@ -125,10 +136,18 @@ class StoreOptions:
             time_budget=_opt_number(lower, "s3.timebudget", "s3.timeBudget", float),
             connect_timeout=_opt_number(lower, "s3.connecttimeout", "s3.connectTimeout", float),
             read_timeout=_opt_number(lower, "s3.readtimeout", "s3.readTimeout", float),
+            azure_account=lower.get("azure.account") or None,
+            azure_key=lower.get("azure.key") or None,
+            azure_sas_token=lower.get("azure.sastoken") or None,
+            azure_endpoint=lower.get("azure.endpoint") or None,
+            gcs_project=lower.get("gcs.project") or None,
+            gcs_token=lower.get("gcs.token") or None,
+            gcs_endpoint=lower.get("gcs.endpoint") or None,
         )
 
     def __repr__(self) -> str:
-        hidden = "***" if self.key or self.secret or self.token else None
+        hidden = "***" if (self.key or self.secret or self.token or self.azure_key or self.azure_sas_token
+                           or self.gcs_token) else None
         return f"StoreOptions(endpoint={self.endpoint!r}, region={self.region!r}, credentials={hidden!r})"
 
 
