@@ -20,6 +20,7 @@ from coordinator import (
     Producer,
     ProducerFencedError,
     Store,
+    StoreError,
     TransactionCoordinator,
     faults,
     read_snapshot,
@@ -469,6 +470,43 @@ def test_repair_log_rewrites_damaged_checkpoints_from_the_entries(backend: Backe
     assert log._decode_checkpoint(store.get(txn_checkpoint_path(7)), "7").to_json() == numbered
     assert log._decode_checkpoint(store.get(LAST_CHECKPOINT), "last").to_json() == last
     assert list(ti.verify(backend.open())) == []
+
+
+class RefusesRecords(LostReplyStore):
+    """A real store that fails every write of a partition record while ``failing`` (a store erring on one kind of
+    request for a while)."""
+
+    failing = False
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        if self.failing and "/log/" in path and not path.startswith("_txn/"):
+            raise StoreError(f"injected: the write of {path} failed")
+        return super().put_if_absent(path, data)
+
+
+def test_a_commit_is_acknowledged_only_once_its_partition_records_hold_a_second_copy(backend: Backend) -> None:
+    """The log entry is a commit's only copy until its partition records are written: acknowledged before, one
+    damaged entry could take an acknowledged commit away. When the records cannot be written the commit is
+    decided but not answered (``CommitStateUnknownError``); committing again writes them and answers, and the
+    commit then survives its entry's damage."""
+    make_topic(backend.open(), partitions=2)
+    store = RefusesRecords(backend.open())
+    p = Producer(store, "p", coordinator=TransactionCoordinator(store, checkpoint_interval=100))
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("t", rows([1, 3], "p"), partition=0)
+    p.send("t", rows([2], "p"), partition=1)
+    store.failing = True
+    with pytest.raises(CommitStateUnknownError, match="partition records could not be written"):
+        p.commit_transaction()
+    store.failing = False
+    p.commit_transaction()  # decided already: the records are written now, and the commit answered
+    assert all(backend.open().exists(marker_path("t", part, 0)) for part in (0, 1))
+    want = read(backend)
+    assert [i for _p, _o, i in want] == [1, 3, 2]
+    flip(backend.open(), txn_log_path(fresh_state(backend).seq))
+    TransactionCoordinator(backend.open()).repair_log(execute=True)
+    assert read(backend) == want
 
 
 def test_a_commit_waiting_as_an_intent_when_the_log_turns_out_damaged_is_unknown_not_failed(

@@ -313,6 +313,8 @@ class TransactionCoordinator:
             offsets = {}
             if isinstance(out.item, CommitItem):
                 offsets = {(p.topic, p.partition): (p.base, p.base + p.rows) for p in out.item.parts if p.rows}
+            if offsets:
+                self.log.secure_records(out.seq, set(offsets))
             return CommitResult(req.txn, out.seq, offsets)
         if out.status == "already_committed":
             return CommitResult(req.txn, out.seq, {}, already_committed=True)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from coordinator import faults, parallel
-from coordinator.errors import StoreError, TxnLogError
+from coordinator.errors import CommitStateUnknownError, StoreError, TxnLogError
 from coordinator.layout import (
     LAST_CHECKPOINT,
     intent_path,
@@ -41,10 +41,10 @@ log = logging.getLogger("coordinator.txnlog")  # the transaction log logs under 
 
 #: Whenever a checkpoint crosses a multiple of this many checkpoint intervals, its writer also truncates the log.
 TRUNCATE_EVERY = 16
+#: attempts at writing an entry's partition records after its commit point
+RECORD_ATTEMPTS = 3
 #: Whenever a checkpoint crosses a multiple of this many checkpoint intervals, it is also kept under its own number
 #: (fallback, truncation point).
-#: attempts at writing an entry's partition records after its commit point (a failure is logged, never raised)
-RECORD_ATTEMPTS = 3
 NUMBERED_EVERY = 4
 
 
@@ -137,6 +137,43 @@ class LogCheckpoints:
         write_records(self.store, entry)
         with self._lock:
             self._written.add(entry.seq)
+
+    def secure_records(self, seq: int, parts: set[tuple[str, int]]) -> None:
+        """Make sure a second copy of a commit decided at entry ``seq`` is durable before it is acknowledged: the
+        partition records entry ``seq`` defines for ``parts`` exist (written by this process, found, or written
+        now). An entry a checkpoint covers needs nothing (the checkpoint holds its decisions). Without this, one
+        damaged entry could take an acknowledged commit away (see ``docs/design.md``, "Damaged log objects").
+
+        Raises:
+            CommitStateUnknownError: the records could not be written after :data:`RECORD_ATTEMPTS` attempts (the
+                commit is decided; committing again finishes the records and answers).
+        """
+        with self._lock:
+            if seq in self._written or seq <= self.checkpoint_seq:
+                return
+        last: BaseException | None = None
+        for attempt in range(RECORD_ATTEMPTS):
+            try:
+                recs = [r for k, r in records_of(self.entry(seq)).items() if k in parts]
+                missing = [r for r, there in zip(recs, parallel.pmap(
+                    lambda r: self.store.exists(marker_path(r.topic, r.partition, r.idx)), recs)) if not there]
+                for r, won in zip(missing, parallel.pmap(
+                        lambda r: self.store.put_if_absent(marker_path(r.topic, r.partition, r.idx), r.to_bytes()),
+                        missing)):
+                    if not won:
+                        log.error("partition %s/%d is damaged: its record %d holds other bytes than log entry %d "
+                                  "defines", r.topic, r.partition, r.idx, seq)
+                return
+            except (TxnLogError, OSError) as exc:
+                last = exc
+                if attempt + 1 < RECORD_ATTEMPTS:
+                    time.sleep(0.05 * 4 ** attempt)
+        raise CommitStateUnknownError(
+            f"the commit was decided at transaction log entry {seq} (readers see it), but its partition records "
+            f"could not be written, so it is not acknowledged: until they are, one damaged object could take it "
+            f"away. Committing again (commit_transaction(), or the Spark job again with the same txnAppId and "
+            f"txnVersion) writes them and answers ({last})"
+        ) from last
 
     def _delete_quietly(self, paths: list[str]) -> None:
         def rm(path: str) -> None:
