@@ -203,6 +203,13 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_damage.py::test_repair_log_refuses_staged_files_that_do_not_end_where_the_next_record_starts",),
         "G2: a stray staged file is published into a rebuilt commit whose offsets then overlap the next record's"),
     Mutant(
+        "ack-before-second-copy", "coordinator/coordinator.py",
+        "                self.log.secure_records(out.seq, set(offsets))",
+        "                pass",
+        ("tests/test_damage.py::test_a_commit_is_acknowledged_only_once_its_partition_records_hold_a_second_copy",
+         f"{_NO_LOSS}::test_commit_past_its_commit_point_is_never_reported_failed_when_its_records_cannot_be_written"),
+        "G5: a commit is acknowledged while its log entry is its only copy (one damaged entry takes it away)"),
+    Mutant(
         "sink-commit-deletes-on-fenced", "txnsink/batch.py",
         "result = coord.commit(self.ident, self.txn, segs, app=app, end_producer=self.ephemeral)",
         "result = coord.commit(self.ident, self.txn, segs, app=app, end_producer=self.ephemeral) if "
