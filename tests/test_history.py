@@ -47,6 +47,7 @@ from coordinator.layout import (
     LAST_CHECKPOINT,
     TXN_CHECKPOINT,
     TXN_LOG,
+    marker_path,
     parse_seq,
     seq_name,
     txn_checkpoint_path,
@@ -66,6 +67,7 @@ from history.checker import (
     ReadOp,
     TxnOp,
     check,
+    lost_writes,
     lying_store_accepted,
     unrepaired,
 )
@@ -1646,6 +1648,43 @@ def test_the_operators_repair_mends_a_damaged_log_entry() -> None:
     op = repair.operator_repair(url, {}, [path])
     assert path in op.named or not op.unrepaired, op.detail
     assert unrepaired(History(1, "repair", ops=[op])) == [], op.detail
+
+
+def test_a_damaged_entry_names_the_commits_it_held_the_only_copy_of() -> None:
+    """The workload records, before it damages a log entry, which commits that entry held the only copy of: those
+    with a partition record missing (their writer died between the commit point and the records). A commit whose
+    records all exist is held elsewhere and is not among them."""
+    url = _lake("sole", ("t", 2))
+    p = Producer(open_store(url), "w", coordinator=TransactionCoordinator(open_store(url), checkpoint_interval=100))
+    p.init_transactions()
+    for i in (0, 1):
+        with p.transaction():
+            p.send("t", [{"v": f"x{i}"}], partition=0)
+            p.send("t", [{"v": f"y{i}"}], partition=1)
+    store = open_store(url)
+    seq = TransactionCoordinator(store).log.refresh().seq
+    assert repair.sole_copies(store, txn_log_path(seq)) == []
+    store.delete(marker_path("t", 1, 1))  # the last commit's record in partition 1, never written
+    assert sorted(repair.sole_copies(store, txn_log_path(seq))) == ["x1", "y1"]
+    assert repair.sole_copies(store, txn_log_path(seq - 1)) == []
+
+
+def test_an_unacknowledged_commit_a_damaged_entry_held_alone_may_be_lost_an_acknowledged_one_never() -> None:
+    """``lost-write`` counts a commit of unknown outcome that was visible and then lost only when no copy of it
+    outlived its damaged entry (``sole``); an acknowledged commit lost is always an anomaly."""
+    h = _good()
+    ops = {o.id: o for o in h.ops}
+    poll = ops["P"]
+    assert isinstance(poll, ReadOp)
+    poll.records.append(("a", 2, 0, "w0t1/1/2/0"))  # U (unknown outcome) was visible; the final read lacks it
+    assert any("U (unknown) was visible" in a for a in lost_writes(h))
+    damage = MiscOp("damage-log", "damage", 45, 46, damaged=["_txn/log/00000000000000000005.json"],
+                    sole=["w0t1/1/2/0"])
+    h.ops.append(damage)
+    assert lost_writes(h) == []
+    damage.sole.append("w0t0/0/1/2")  # A was acknowledged: held alone or not, its loss is an anomaly
+    _final(h).records.remove(("b", 0, 0, "w0t0/0/1/2"))
+    assert any("acknowledged transaction A lost" in a for a in lost_writes(h))
 
 
 def _pausing_only(seed: int, url: str, where: str) -> tuple[FaultyStore, list[MiscOp], Callable[[], None]]:

@@ -155,12 +155,13 @@ class LogCheckpoints:
         for attempt in range(RECORD_ATTEMPTS):
             try:
                 recs = [r for k, r in records_of(self.entry(seq)).items() if k in parts]
-                missing = [r for r, there in zip(recs, parallel.pmap(
-                    lambda r: self.store.exists(marker_path(r.topic, r.partition, r.idx)), recs)) if not there]
-                for r, won in zip(missing, parallel.pmap(
-                        lambda r: self.store.put_if_absent(marker_path(r.topic, r.partition, r.idx), r.to_bytes()),
-                        missing)):
-                    if not won:
+                there = parallel.pmap(lambda r: self.store.exists(marker_path(r.topic, r.partition, r.idx)), recs)
+                missing = [r for r, found in zip(recs, there, strict=True) if not found]
+                won = parallel.pmap(
+                    lambda r: self.store.put_if_absent(marker_path(r.topic, r.partition, r.idx), r.to_bytes()),
+                    missing)
+                for r, ok in zip(missing, won, strict=True):
+                    if not ok:
                         log.error("partition %s/%d is damaged: its record %d holds other bytes than log entry %d "
                                   "defines", r.topic, r.partition, r.idx, seq)
                 return

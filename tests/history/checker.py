@@ -121,7 +121,9 @@ class MiscOp:
     ``repair`` operation is the operator's repair of damaged log files: ``unrepaired`` are those still damaged
     after it, ``named`` those of them that the repair or ``verify`` named, ``left_covered`` those of them the repair
     left because a readable checkpoint covers them (they stop nobody; truncation deletes them), and
-    ``offsets_lost`` whether it named consumer-group offsets that no copy held."""
+    ``offsets_lost`` whether it named consumer-group offsets that no copy held. A damaged log entry's ``sole`` are
+    the values of the commits it held the only copy of (a partition record missing or damaged when it was
+    damaged): no repair can bring those back, and they are not lost writes unless acknowledged."""
 
     id: str
     kind: str
@@ -143,6 +145,7 @@ class MiscOp:
     named: list[str] = field(default_factory=list)
     left_covered: list[str] = field(default_factory=list)
     offsets_lost: bool = False
+    sole: list[str] = field(default_factory=list)
 
 
 Op = TxnOp | ReadOp | MiscOp
@@ -391,6 +394,8 @@ def lost_writes(h: History) -> list[str]:
     where = _where(h)
     known = known_offsets(h)
     ever_visible: set[str] = set()
+    # what a damaged entry held the only copy of (an unacknowledged commit may be lost with it; never torn)
+    sole = {v for o in h.misc() if o.kind == "damage" for v in o.sole}
     for r in h.reads():
         ever_visible.update(v for _t, _p, _o, v in _committed(r.records))
     final = next((w for w in views(h) if w.read is h.final), None)
@@ -403,7 +408,7 @@ def lost_writes(h: History) -> list[str]:
                 continue
             if op.outcome == OK:
                 out.append(f"acknowledged transaction {op.id} lost {len(missing)} values, e.g. {missing[0]}")
-            elif any(v in ever_visible for v in op.values()):
+            elif any(v in ever_visible for v in op.values()) and not set(missing) <= sole:
                 out.append(f"transaction {op.id} ({op.outcome}) was visible, then missing from the final read")
     for w in views(h):
         if w.read is h.final:

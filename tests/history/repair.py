@@ -16,8 +16,10 @@ import random
 import time
 
 from coordinator import CorruptLogError, TransactionCoordinator, TxnLogError, open_store
-from coordinator.layout import LAST_CHECKPOINT, TXN_CHECKPOINT, TXN_LOG, parse_seq
-from coordinator.records import LogEntry, check_format, decode_json
+from coordinator.layout import LAST_CHECKPOINT, TXN_CHECKPOINT, TXN_LOG, marker_path, parse_seq
+from coordinator.partrecords import PartitionRecord, records_of
+from coordinator.records import CommitItem, LogEntry, check_format, decode_json
+from coordinator.segments import decode_segment
 from coordinator.state import CoordinatorState
 from coordinator.store import Store
 from history.checker import UNKNOWN, MiscOp
@@ -32,10 +34,11 @@ def now() -> int:
     return time.monotonic_ns()
 
 
-def damage_log_file(store: Store, kind: str, rng: random.Random, *, last: bool = True) -> str | None:
+def damage_log_file(store: Store, kind: str, rng: random.Random, *, last: bool = True,
+                    sole: list[str] | None = None) -> str | None:
     """Overwrite one coordinator checkpoint (``kind`` ``checkpoint``: ``_last.json`` unless not ``last``, or a
     numbered one) or one retained log entry (``log-entry``), chosen with ``rng``; returns its path (None: there is
-    none yet)."""
+    none yet). ``sole`` gets the values of the commits the entry held the only copy of (:func:`sole_copies`)."""
     if kind == "checkpoint":
         names = [f"{TXN_CHECKPOINT}/{n}" for n in store.list(TXN_CHECKPOINT)
                  if parse_seq(n) is not None or (last and f"{TXN_CHECKPOINT}/{n}" == LAST_CHECKPOINT)]
@@ -44,8 +47,45 @@ def damage_log_file(store: Store, kind: str, rng: random.Random, *, last: bool =
     if not names:
         return None
     path = rng.choice(sorted(names))
+    if sole is not None and kind == "log-entry":
+        sole += sole_copies(store, path)
     store.put(path, DAMAGE)
     return path
+
+
+def sole_copies(store: Store, path: str) -> list[str]:
+    """The values of the commits log entry ``path`` holds the only copy of: those with a partition whose record
+    (the commit's second copy) is missing or damaged, read from their segments before the entry is damaged. The
+    repair cannot take them from any other object; the checker does not count them as lost when their callers
+    were never answered (the store never acknowledged them)."""
+    try:
+        entry = LogEntry.from_bytes(store.get(path), path)
+    except (FileNotFoundError, CorruptLogError):
+        return []
+    recs = records_of(entry)
+    values: list[str] = []
+    for item in entry.items:
+        if not isinstance(item, CommitItem):
+            continue
+        held = True
+        for part in item.parts:
+            if not part.rows:
+                continue
+            rec = recs[(part.topic, part.partition)]
+            where = marker_path(rec.topic, rec.partition, rec.idx)
+            try:
+                held = held and PartitionRecord.from_bytes(store.get(where), where) == rec
+            except (FileNotFoundError, TxnLogError):
+                held = False
+        if held:
+            continue
+        for part in item.parts:
+            for seg in part.segments:
+                try:
+                    values += decode_segment(store.get(seg.path), seg.path).column("v").to_pylist()
+                except (FileNotFoundError, TxnLogError, KeyError):
+                    pass
+    return values
 
 
 def still_damaged(store: Store, path: str) -> bool:

@@ -1480,7 +1480,7 @@ def _after_workers(params: HistoryParams, h: History) -> None:
     if params.damage_log:
         op = MiscOp("damage-log", "damage", now(), detail="log entry")
         path = repair.damage_log_file(open_store(params.url, params.options), "log-entry",
-                                      random.Random(params.seed * 13 + 5))
+                                      random.Random(params.seed * 13 + 5), sole=op.sole)
         if path is not None:
             op.damaged = [path]
             h.faults["damaged-log-entry"] += 1
