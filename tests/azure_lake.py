@@ -121,7 +121,7 @@ def azure_endpoint() -> Iterator[str]:
     finally:
         proc.terminate()
         try:
-            proc.wait(timeout=10)
+            proc.wait(timeout=3)  # it waits for kept-alive connections to close; nothing in it needs saving
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()

@@ -444,7 +444,9 @@ class AzureStore(Store):
             elapsed = time.monotonic() - start
             delay = self._rng.uniform(0, min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1)))
             if attempt >= self.max_attempts or elapsed + delay >= self.time_budget:
-                detail = self._scrub(f"{type(failure).__name__}: {_first_line(failure)}")
+                described = (_describe(failure) if isinstance(failure, HttpResponseError)
+                             else f"{type(failure).__name__}: {_first_line(failure)}")
+                detail = self._scrub(described)
                 unknown = " (it may have been applied)" if ambiguous else ""
                 raise _RetriesExhausted(
                     f"Azure {kind} of {self._where(path)} failed after {attempt} attempts in {elapsed:.1f}s"
