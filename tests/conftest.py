@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from moto.server import ThreadedMotoServer
 
+from azure_lake import AzureLake, azure_endpoint, azure_lake  # noqa: F401 - fixtures
 from coordinator import MemoryStore, open_store
 from coordinator.store import Store
 from core_helpers import Backend
-from azure_lake import AzureLake, azure_endpoint, azure_lake  # noqa: F401 - fixtures
 from s3_lake import TEST_KEY, TEST_REGION, TEST_SECRET, S3Lake, close_admin, make_bucket
 
 

@@ -9,7 +9,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import pytest
@@ -17,7 +17,7 @@ import pytest
 from azure_lake import ACCOUNT, ACCOUNT_KEY, AzureLake, account_sas, container_blobs
 from coordinator import Consumer, Producer, create_topic, open_store
 from coordinator.backends.azure import AzureStore
-from coordinator.errors import CommitStateUnknownError, StoreError
+from coordinator.errors import CommitStateUnknownError, StoreError, UnsupportedStoreError
 from coordinator.probe import probe_conditional_writes
 from coordinator.store import StoreOptions
 from s3faults import ALL_FAULTS, AZURE_CODES, HANG, INTERNAL, LOST_REPLY, RESET, SLOWDOWN, FaultProxy
@@ -204,14 +204,11 @@ def test_azurite_enforces_the_precondition_and_the_probe_sees_a_proxy_that_strip
     probe_conditional_writes(direct)  # Azurite itself refuses the second create
     direct.close()
     with _proxy(azure_lake) as proxy:
-        passing = AzureStore(azure_lake.url + "/proxied", StoreOptions(**{**sas.__dict__, "azure_endpoint": _via(proxy)}))
+        passing = AzureStore(azure_lake.url + "/proxied", replace(sas, azure_endpoint=_via(proxy)))
         probe_conditional_writes(passing)  # a proxy that forwards the header changes nothing
         passing.close()
     with _proxy(azure_lake, strip_conditional=True) as proxy:
-        stripped = AzureStore(azure_lake.url + "/stripped",
-                              StoreOptions(**{**sas.__dict__, "azure_endpoint": _via(proxy)}))
-        from coordinator.errors import UnsupportedStoreError
-
+        stripped = AzureStore(azure_lake.url + "/stripped", replace(sas, azure_endpoint=_via(proxy)))
         with pytest.raises(UnsupportedStoreError, match=f"{proxy.endpoint}.*does not honour conditional writes"):
             probe_conditional_writes(stripped)
         stripped.close()

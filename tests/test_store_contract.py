@@ -14,11 +14,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from azure_lake import ACCOUNT, account_sas
 from coordinator import LocalStore, MemoryStore, create_topic, open_store
 from coordinator.errors import InvalidOptionError, StoreError, UnsupportedStoreError
 from coordinator.probe import probe_conditional_writes
 from coordinator.store import TEMP_PREFIX, Store
-from azure_lake import ACCOUNT, account_sas
 from s3_lake import TEST_KEY, TEST_SECRET, S3Lake
 from s3faults import FaultProxy
 

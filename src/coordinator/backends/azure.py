@@ -458,7 +458,9 @@ class AzureStore(Store):
             time.sleep(delay)
 
     def _failure(self, kind: str, path: str, exc: HttpResponseError) -> StoreError:
-        return StoreError(self._scrub(f"Azure {kind} of {self._where(path)} failed: {_describe(exc)}"))
+        hint = "; check the credentials (azure.key, azure.sasToken) and their permissions" if (
+            exc.status_code == 403) else ""
+        return StoreError(self._scrub(f"Azure {kind} of {self._where(path)} failed: {_describe(exc)}{hint}"))
 
     def _scrub(self, text: str) -> str:
         for secret in sorted(self._secrets, key=len, reverse=True):
@@ -468,8 +470,9 @@ class AzureStore(Store):
 
 def _code(exc: HttpResponseError) -> str:
     code = getattr(exc, "error_code", None)
-    if code is None and exc.response is not None:
-        code = exc.response.headers.get("x-ms-error-code")
+    headers = getattr(exc.response, "headers", None)
+    if code is None and headers is not None:
+        code = headers.get("x-ms-error-code")
     return str(getattr(code, "value", code) or "")
 
 

@@ -13,9 +13,9 @@ txnlog coordinator run --interval 5
 Every command takes ``--json`` for scripts, and the store options ``--store`` (or ``TXNLOG_STORE``),
 ``--config FILE`` (TOML), ``--s3-endpoint``, ``--s3-region``, ``--s3-key``/``--s3-secret`` (otherwise the standard
 AWS credential chain), ``--azure-account``, ``--azure-endpoint``, ``--azure-key``/``--azure-sas-token`` (otherwise
-adlfs's chain: ``AZURE_STORAGE_*`` variables, azure-identity), before or after the command name. Exit codes: 0 ok, 1 problems found / not ok, 2 usage or
-invalid option, 3 not found, 4 store error, 5 no txnlog store at the URL. Read-only commands never write to the
-store nor create it. This package never imports pyspark.
+adlfs's chain: ``AZURE_STORAGE_*`` variables, azure-identity), before or after the command name. Exit codes: 0 ok,
+1 problems found / not ok, 2 usage or invalid option, 3 not found, 4 store error, 5 no txnlog store at the URL.
+Read-only commands never write to the store nor create it. This package never imports pyspark.
 """
 
 from __future__ import annotations
