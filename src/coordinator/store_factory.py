@@ -97,8 +97,8 @@ def hadoop_url(url: str) -> str:
     ``s3a://`` URLs, ``file:///abs/path`` for plain paths and ``file:`` URLs (see :func:`local_path`).
 
     Raises:
-        HadoopUnreachable: an in-memory store, another scheme, or a path holding characters Spark reads as a glob
-            pattern or a path list (``*?[]{}\\,``).
+        HadoopUnreachable: an in-memory store, an Azure store (not yet through hadoop-azure), another scheme, or a
+            path holding characters Spark reads as a glob pattern or a path list (``*?[]{}\\,``).
         InvalidOptionError: a ``file:`` URL that is not a local absolute path.
     """
     url = url.strip()
@@ -108,6 +108,10 @@ def hadoop_url(url: str) -> str:
         raise HadoopUnreachable("the store path holds characters Spark reads as a glob pattern or a path list")
     if url.startswith(("s3://", "s3a://")):
         return "s3a://" + url.split("://", 1)[1].rstrip("/")
+    if url.startswith(("az://", "abfs://", "abfss://")):
+        raise HadoopUnreachable(
+            "Spark's own file system for Azure stores (hadoop-azure's abfss://) is not set up by txnlog yet: "
+            "the Python data source reads and writes them")
     folder = local_path(url)
     if folder is None:
         raise HadoopUnreachable(f"Spark has no file system for {url.split(':', 1)[0]}://")
