@@ -319,3 +319,24 @@ def test_azure_every_request_failing_ends_in_a_clear_error(azure_lake: AzureLake
     else:
         # the write may have been applied and cannot be read back: the caller is told so
         assert isinstance(put_if_absent_error, CommitStateUnknownError), put_if_absent_error
+
+
+def test_azure_credentials_never_reach_logs_reprs_or_blobs(azure_lake: AzureLake,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    sas = account_sas()
+    signature = sas.split("sig=", 1)[1].split("&", 1)[0]
+    with caplog.at_level("DEBUG"):
+        for opts in (azure_lake.options, azure_lake.sas_options() | {"azure.sasToken": sas}):
+            store = open_store(azure_lake.url, opts)
+            probe_conditional_writes(store)
+            store.put_if_absent("log/0.json", b"x")
+            assert store.get("log/0.json") == b"x" and store.list("log") == ["0.json"]
+            for text in (repr(store), repr(StoreOptions.from_options(opts)), str(store.__dict__.get("url"))):
+                assert ACCOUNT_KEY not in text and sas not in text and signature not in text, text
+            store.close()
+    assert caplog.records, "DEBUG logging captured nothing"
+    for record in caplog.records:
+        message = record.getMessage()
+        assert ACCOUNT_KEY not in message and signature not in message, message
+    for name, data in container_blobs(azure_lake).items():
+        assert ACCOUNT_KEY.encode() not in data and signature.encode() not in data, name
