@@ -23,6 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from azure_lake import AzureLake
 from coordinator import (
     AlreadyCommittedError,
     CommitStateUnknownError,
@@ -82,7 +83,6 @@ from history.workload import (
     setup_topics,
     spark_schema,
 )
-from azure_lake import AzureLake
 from s3_lake import S3Lake
 
 #: The triggers of defects the histories found and that are not fixed yet: the broad samples avoid them, the tests
