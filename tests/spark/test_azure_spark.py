@@ -1,8 +1,11 @@
-"""Spark batch reads and writes through ``format("txnlog")`` on an Azure Blob store (Azurite) with the ``azure.*``
-options: the Python data source path (the native paths would need hadoop-azure: ``auto`` falls back saying so)."""
+"""Spark batch and streaming reads and writes through ``format("txnlog")`` on an Azure Blob store (Azurite) with
+the ``azure.*`` options: the Python data source path (the native paths would need hadoop-azure: ``auto`` falls back
+saying so)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +14,8 @@ import txnsink
 import txnsource
 from azure_lake import AzureLake
 from coordinator import InvalidOptionError, read_snapshot
+
+pytestmark = pytest.mark.spark
 
 
 def test_batch_write_and_read_on_azure_fall_back_to_the_data_source_saying_why(spark: Any,
@@ -32,3 +37,27 @@ def test_batch_write_and_read_on_azure_fall_back_to_the_data_source_saying_why(s
         txnsource.read(spark, url, topic="orders", readPath="native", **options)
     plain = spark.read.format("txnlog").options(topic="orders", **options).load(url)
     assert plain.count() == 40 and plain.filter("_offset < 0").count() == 0
+
+
+def test_stream_write_on_azure_restarted_and_replayed_stays_exactly_once(spark: Any, azure_lake: AzureLake,
+                                                                         tmp_path: Path) -> None:
+    from test_stream_write import make_input, run_stream
+
+    url, options = azure_lake.url, dict(azure_lake.options)
+    ids = make_input(tmp_path / "in", 2, 5)
+    q = run_stream(spark, tmp_path / "in", url, tmp_path / "cp", transactionalId="etl", **options)
+    assert q.exception() is None
+    ids += make_input(tmp_path / "in", 2, 5, start=2)
+    q = run_stream(spark, tmp_path / "in", url, tmp_path / "cp", transactionalId="etl", **options)
+    assert q.exception() is None
+    # as if the driver died after the sink committed the last batch but before Spark wrote its commit log entry
+    commits = sorted((n for n in os.listdir(tmp_path / "cp" / "commits") if n.isdigit()), key=int)
+    os.remove(tmp_path / "cp" / "commits" / commits[-1])
+    crc = tmp_path / "cp" / "commits" / f".{commits[-1]}.crc"
+    if crc.exists():
+        crc.unlink()
+    q = run_stream(spark, tmp_path / "in", url, tmp_path / "cp", transactionalId="etl", **options)
+    assert q.exception() is None
+    assert (tmp_path / "cp" / "commits" / commits[-1]).exists()  # Spark did replay that batch
+    got = read_snapshot(url, ["out"], options=options)["out"].column("id").to_pylist()
+    assert sorted(got) == ids  # each row once
