@@ -9,11 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from read_helpers import SCHEMA, produce, rows
+from test_stream_read import Run
+from test_stream_write import make_input, run_stream
 
 import txnsink
 import txnsource
 from azure_lake import AzureLake
-from coordinator import InvalidOptionError, read_snapshot
+from coordinator import InvalidOptionError, create_topic, open_store, read_snapshot
 
 pytestmark = pytest.mark.spark
 
@@ -41,8 +44,6 @@ def test_batch_write_and_read_on_azure_fall_back_to_the_data_source_saying_why(s
 
 def test_stream_write_on_azure_restarted_and_replayed_stays_exactly_once(spark: Any, azure_lake: AzureLake,
                                                                          tmp_path: Path) -> None:
-    from test_stream_write import make_input, run_stream
-
     url, options = azure_lake.url, dict(azure_lake.options)
     ids = make_input(tmp_path / "in", 2, 5)
     q = run_stream(spark, tmp_path / "in", url, tmp_path / "cp", transactionalId="etl", **options)
@@ -61,3 +62,17 @@ def test_stream_write_on_azure_restarted_and_replayed_stays_exactly_once(spark: 
     assert (tmp_path / "cp" / "commits" / commits[-1]).exists()  # Spark did replay that batch
     got = read_snapshot(url, ["out"], options=options)["out"].column("id").to_pylist()
     assert sorted(got) == ids  # each row once
+
+
+def test_stream_read_on_azure_restarts_without_duplicates_or_gaps(spark: Any, azure_lake: AzureLake,
+                                                                 tmp_path: Path) -> None:
+    url, options = azure_lake.url, dict(azure_lake.options)
+    create_topic(open_store(url, options), "orders", SCHEMA, partitions=2)
+    produce(url, "orders", [rows(0, 4), rows(4, 4)], partition=0, options=options)
+    produce(url, "orders", [rows(100, 3)], partition=1, tid="other", options=options)
+    opts = {"topic": "orders", "startingOffsets": "earliest", "maxRecordsPerTrigger": "4", **options}
+    first = Run(spark, url, tmp_path / "ck", **opts)
+    produce(url, "orders", [rows(8, 3)], partition=0, options=options)
+    second = Run(spark, url, tmp_path / "ck", **opts)
+    assert min(second.batches) == max(first.batches) + 1
+    assert sorted(first.ids + second.ids) == list(range(11)) + list(range(100, 103))
