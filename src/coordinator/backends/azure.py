@@ -477,8 +477,9 @@ def _code(exc: HttpResponseError) -> str:
 
 
 def _retryable_reply(exc: HttpResponseError) -> bool:
-    status = exc.status_code or 0
-    return status >= 500 or status in (408, 429) or _code(exc) in RETRYABLE_CODES
+    if exc.status_code is None:  # no reply was read whole (a body cut short): a transport failure
+        return True
+    return exc.status_code >= 500 or exc.status_code in (408, 429) or _code(exc) in RETRYABLE_CODES
 
 
 def _maybe_sent(exc: BaseException) -> bool:
