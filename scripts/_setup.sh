@@ -44,6 +44,18 @@ fi
 PINS="constraints/${TXNLOG_CONSTRAINTS:-newest}.txt"
 echo "installing txnlog[$1] into $VENV with the versions of $PINS" >&2
 "$VENV/bin/python" -m pip install --quiet -c "$PINS" -e ".[$1]"
+# The Azure tests run Azurite (Microsoft's Azure Storage emulator, from the npm registry) beside the venv; the
+# version is tests/azure_lake.py's AZURITE_VERSION.
+AZURITE_VERSION=3.37.0
+if [ "$1" = test ] && [ ! -x "$VENV/azurite/node_modules/.bin/azurite-blob" ]; then
+  if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then
+    echo "the Azure tests need Node.js and npm to install Azurite $AZURITE_VERSION: install them" >&2
+    echo "(Debian/Ubuntu: apt-get install nodejs npm; macOS: brew install node)" >&2
+    exit 1
+  fi
+  echo "installing azurite@$AZURITE_VERSION (npm) into $VENV/azurite" >&2
+  npm install --silent --no-save --no-audit --no-fund --prefix "$VENV/azurite" "azurite@$AZURITE_VERSION" >/dev/null
+fi
 export PATH="$PWD/$VENV/bin:$PATH"
 export PYSPARK_PYTHON="$PWD/$VENV/bin/python"
 export PYSPARK_DRIVER_PYTHON="$PWD/$VENV/bin/python"

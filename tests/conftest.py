@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from moto.server import ThreadedMotoServer
 
+from azure_lake import AzureLake, azure_endpoint, azure_lake  # noqa: F401 - fixtures
 from coordinator import MemoryStore, open_store
 from coordinator.store import Store
 from core_helpers import Backend
@@ -40,12 +41,12 @@ def s3_lake(s3_endpoint: str) -> S3Lake:
     return S3Lake(url=f"s3://{bucket}/lake", options=options, bucket=bucket, endpoint=s3_endpoint)
 
 
-BACKENDS = ["memory", "local", "s3"]
+BACKENDS = ["memory", "local", "s3", "azure"]
 
 
 @pytest.fixture(params=BACKENDS)
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
-    """``(url, options)`` of a fresh, empty store root on each backend (ids memory / local / s3)."""
+    """``(url, options)`` of a fresh, empty store root on each backend (ids memory / local / s3 / azure)."""
     backend = request.param
     if backend == "memory":
         url = f"memory://test-{uuid.uuid4().hex}"
@@ -55,6 +56,9 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[
             MemoryStore.drop(url)
     elif backend == "local":
         yield f"file://{tmp_path / 'lake'}", {}
+    elif backend == "azure":
+        az: AzureLake = request.getfixturevalue("azure_lake")
+        yield az.url, dict(az.options)
     else:
         lake: S3Lake = request.getfixturevalue("s3_lake")
         yield lake.url, dict(lake.options)

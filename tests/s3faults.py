@@ -1,4 +1,4 @@
-"""A loopback HTTP proxy in front of an S3 endpoint that injects faults on the real network path.
+"""A loopback HTTP proxy in front of an S3 (or Azure Blob) endpoint that injects faults on the real network path.
 
 Every request the client sends reaches the proxy over TCP; the proxy either forwards it to the upstream (moto's
 server) and relays the reply, or injects one of these faults:
@@ -13,6 +13,8 @@ Faults are drawn at a configurable rate from a seeded generator, or forced for t
 (:meth:`FaultProxy.force`). With ``strip_conditional`` the proxy drops ``If-None-Match`` / ``If-Match`` headers,
 imitating an S3-compatible store that ignores conditional writes. With ``read_only`` every write (PUT, POST,
 DELETE) is refused with ``403 AccessDenied``, as a read-only IAM policy does; :attr:`FaultLog.refused` counts them.
+The error replies name their code in the body and in an ``x-ms-error-code`` header; ``codes`` replaces S3's codes
+with another service's (:data:`AZURE_CODES`: ``503 ServerBusy``, ``500 InternalError``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,16 @@ HANG = "hang"
 RESET = "reset"
 LOST_REPLY = "lost_reply"
 ALL_FAULTS: tuple[str, ...] = (SLOWDOWN, INTERNAL, HANG, RESET, LOST_REPLY)
+
+#: (code, message) of the injected error replies, by fault kind.
+S3_CODES: dict[str, tuple[str, str]] = {
+    SLOWDOWN: ("SlowDown", "Please reduce your request rate."),
+    INTERNAL: ("InternalError", "We encountered an internal error. Please try again."),
+}
+AZURE_CODES: dict[str, tuple[str, str]] = {
+    SLOWDOWN: ("ServerBusy", "The server is busy."),
+    INTERNAL: ("InternalError", "The server encountered an internal error. Please retry the request."),
+}
 
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer", "upgrade"}
 _CONDITIONAL = {"if-none-match", "if-match"}
@@ -69,6 +81,7 @@ class FaultProxy:
         methods: only requests with these HTTP methods are eligible for drawn faults (None: all).
         hang_seconds: how long a ``hang`` keeps the connection silent; set it above the client's read timeout.
         strip_conditional: drop ``If-None-Match`` and ``If-Match`` request headers.
+        codes: the error codes of the injected ``slowdown`` and ``internal`` replies (default :data:`S3_CODES`).
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`.
     """
@@ -84,6 +97,7 @@ class FaultProxy:
         hang_seconds: float = 1.0,
         strip_conditional: bool = False,
         read_only: bool = False,
+        codes: dict[str, tuple[str, str]] | None = None,
     ) -> None:
         parts = urlsplit(upstream)
         if parts.hostname is None or parts.port is None:
@@ -99,6 +113,7 @@ class FaultProxy:
         self.hang_seconds = hang_seconds
         self.strip_conditional = strip_conditional
         self.read_only = read_only
+        self.codes = codes or S3_CODES
         self.log = FaultLog()
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
@@ -223,9 +238,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         fault = proxy._decide(self.command, self.path)
         if fault == SLOWDOWN:
-            self._error(503, "SlowDown", "Please reduce your request rate.")
+            self._error(503, *proxy.codes[SLOWDOWN])
         elif fault == INTERNAL:
-            self._error(500, "InternalError", "We encountered an internal error. Please try again.")
+            self._error(500, *proxy.codes[INTERNAL])
         elif fault == HANG:
             proxy._stopping.wait(proxy.hang_seconds)
             self._reset()
@@ -292,6 +307,7 @@ class _Handler(BaseHTTPRequestHandler):
         ).encode()
         self.send_response_only(status)
         self.send_header("Content-Type", "application/xml")
+        self.send_header("x-ms-error-code", code)
         self.send_header("Content-Length", "0" if self.command == "HEAD" else str(len(body)))
         self.end_headers()
         if self.command != "HEAD":

@@ -23,6 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from azure_lake import AzureLake
 from coordinator import (
     AlreadyCommittedError,
     CommitStateUnknownError,
@@ -130,6 +131,14 @@ def test_histories_across_processes_have_no_anomalies(tmp_path: Path) -> None:
 def test_s3_history_has_no_anomalies(s3_lake: S3Lake) -> None:
     h = run_history(params_for(40_000, s3_lake.url, s3_lake.options, steps=6, workers=1, fault_rate=0.05,
                                avoid=OPEN))
+    assert h.faults and len(h.ops) > 6
+    assert check(h) == []
+
+
+@pytest.mark.parametrize("seed", [41_000, 41_001])
+def test_azure_history_has_no_anomalies(azure_lake: AzureLake, seed: int) -> None:
+    h = run_history(params_for(seed, azure_lake.url + f"/h{seed}", azure_lake.options, steps=6, workers=1,
+                               fault_rate=0.05, avoid=OPEN))
     assert h.faults and len(h.ops) > 6
     assert check(h) == []
 

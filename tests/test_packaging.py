@@ -42,11 +42,17 @@ def pins(name: str) -> dict[str, Version]:
     return out
 
 
-def imported_modules(where: Path, *, module_level: bool = False) -> set[str]:
+#: Backends imported only when a URL of theirs is opened, and the extra each may use.
+BACKEND_EXTRAS = {ROOT / "src" / "coordinator" / "backends" / "azure.py": "azure"}
+
+
+def imported_modules(where: Path, *, module_level: bool = False, skip: frozenset[Path] = frozenset()) -> set[str]:
     """Top-level names of every module imported anywhere in the package or module ``where`` (functions' local
-    imports too; with ``module_level``, only imports that run when a module is imported)."""
+    imports too; with ``module_level``, only imports that run when a module is imported), except in ``skip``."""
     names: set[str] = set()
     for path in where.rglob("*.py") if where.is_dir() else [where]:
+        if path in skip:
+            continue
         tree = ast.parse(path.read_text(), str(path))
         nodes = _module_level(tree) if module_level else list(ast.walk(tree))
         for node in nodes:
@@ -93,15 +99,40 @@ def test_every_third_party_import_is_declared(packages: list[str], extra: str | 
     dists = md.packages_distributions()
     local = {"coordinator", "txnsource", "txnsink", "pyspark_txnlog"}
     missing = {}
+    backends = frozenset(BACKEND_EXTRAS)
     for pkg in packages:
-        mods = imported_modules(ROOT / "src" / pkg)
-        eager = imported_modules(ROOT / "src" / pkg, module_level=True)
+        mods = imported_modules(ROOT / "src" / pkg, skip=backends)
+        eager = imported_modules(ROOT / "src" / pkg, module_level=True, skip=backends)
         for mod in sorted(mods - local - set(sys.stdlib_module_names) - {"__future__"}):
             owners = {canonicalize_name(d) for d in dists.get(mod, [mod])}
             allowed = declared if mod in eager else declared | optional
             if not owners & allowed:
                 missing[mod] = sorted(owners)
+    if "coordinator" in packages:
+        for path, backend_extra in BACKEND_EXTRAS.items():
+            for mod in sorted(imported_modules(path) - local - set(sys.stdlib_module_names) - {"__future__"}):
+                owners = {canonicalize_name(d) for d in dists.get(mod, [mod])}
+                if not owners & (declared | set(requirements(backend_extra))):
+                    missing[mod] = sorted(owners)
     assert not missing, f"imported but not declared in pyproject.toml: {missing}"
+
+
+def test_backends_of_optional_extras_are_imported_only_when_their_url_is_opened() -> None:
+    for path in BACKEND_EXTRAS:
+        module = "coordinator.backends." + path.stem
+        for src in (ROOT / "src").rglob("*.py"):
+            assert src == path or not _imports_at_module_level(src, module), (
+                f"{src} imports {module} at module level: it needs the {BACKEND_EXTRAS[path]!r} extra")
+
+
+def _imports_at_module_level(src: Path, module: str) -> bool:
+    tree = ast.parse(src.read_text(), str(src))
+    for node in _module_level(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == module:
+            return True
+        if isinstance(node, ast.Import) and any(a.name == module for a in node.names):
+            return True
+    return False
 
 
 @pytest.mark.parametrize("which", ["newest", "oldest"])

@@ -97,3 +97,39 @@ def test_hadoop_url_names_s3_through_s3a(url: str) -> None:
 def test_hadoop_url_says_why_spark_cannot_reach_a_store(url: str, fragment: str) -> None:
     with pytest.raises(HadoopUnreachable, match=fragment):
         hadoop_url(url)
+
+
+@pytest.mark.parametrize(("url", "container", "account", "prefix"), [
+    ("az://box/lake", "box", None, "lake/"),
+    ("az://box", "box", None, ""),
+    ("abfs://box/a/b/", "box", None, "a/b/"),
+    ("abfss://box@acct01.dfs.core.windows.net/lake", "box", "acct01", "lake/"),
+    ("abfss://box@ACCT01.blob.core.windows.net/", "box", "acct01", ""),
+])
+def test_azure_urls_name_container_account_and_prefix(url: str, container: str, account: str | None,
+                                                      prefix: str) -> None:
+    from coordinator.backends.azure import parse_azure_url
+
+    assert parse_azure_url(url) == (container, account, prefix)
+
+
+@pytest.mark.parametrize(("url", "options", "fragment"), [
+    ("az://", {}, "names no valid container"),
+    ("az://Bad_Name/x", {}, "names no valid container"),
+    ("abfss://box@example.com/x", {}, "is not an account host"),
+    ("az://box/a/../b", {}, "'..'"),
+    ("abfss://box@one.dfs.core.windows.net/x", {"azure.account": "two"}, "names account 'one'"),
+    ("az://box/x", {"azure.key": "k" * 8}, "give the account"),
+    ("az://box/x", {"azure.account": "a1b", "azure.key": "k" * 8, "azure.sasToken": "sv=1&sig=abcd"}, "not both"),
+    ("az://box/x", {"azure.account": "a1b", "azure.endpoint": "http://127.0.0.1:1/a1b"}, "token credentials need"),
+])
+def test_bad_azure_urls_and_options_are_refused_naming_them(url: str, options: dict[str, str], fragment: str) -> None:
+    with pytest.raises(InvalidOptionError, match=fragment) as err:
+        open_store(url, options)
+    assert "k" * 8 not in str(err.value) and "abcd" not in str(err.value)
+
+
+@pytest.mark.parametrize("url", ["az://box/lake", "abfss://box@acct01.dfs.core.windows.net/lake"])
+def test_hadoop_url_says_azure_stores_need_hadoop_azure(url: str) -> None:
+    with pytest.raises(HadoopUnreachable, match="hadoop-azure"):
+        hadoop_url(url)

@@ -1,5 +1,6 @@
 """Opening a store from a URL: the one place that knows every backend (see :mod:`coordinator.backends`). No backend
-imports this module, and the S3 backend (s3fs, botocore) is imported only when an ``s3://`` URL is opened."""
+imports this module; the S3 backend (s3fs, botocore) is imported only when an ``s3://`` URL is opened, the Azure
+one (adlfs, the optional ``azure`` extra) only when an ``az://`` / ``abfs[s]://`` URL is."""
 
 from __future__ import annotations
 
@@ -45,8 +46,8 @@ def local_path(url: str) -> str | None:
 def open_store(
     url: str, options: Mapping[str, str] | StoreOptions | None = None, *, probe: bool = True
 ) -> Store:
-    """Open the store rooted at ``url``: a plain path, ``file:/abs``, ``file:///abs``, ``memory://name`` or
-    ``s3://bucket/prefix``.
+    """Open the store rooted at ``url``: a plain path, ``file:/abs``, ``file:///abs``, ``memory://name``,
+    ``s3://bucket/prefix`` or ``az://container/prefix`` (also ``abfs://`` / ``abfss://``).
 
     Opening reads and writes nothing. Every writing path probes the store before it writes anything
     (:func:`coordinator.probe.probe_conditional_writes`) and every reading path never does, whatever ``probe``
@@ -57,7 +58,8 @@ def open_store(
     """
     opts = options if isinstance(options, StoreOptions) else StoreOptions.from_options(options or {})
     if not isinstance(url, str) or not url.strip():
-        raise InvalidOptionError(f"store path {url!r} is empty; give a local folder, file://, s3:// or memory://")
+        raise InvalidOptionError(
+            f"store path {url!r} is empty; give a local folder, file://, s3://, az:// or memory://")
     url = url.strip()
     store: Store
     if url.startswith("memory://"):
@@ -67,14 +69,23 @@ def open_store(
     elif url.startswith(("s3://", "s3a://")):
         from coordinator.backends.s3 import S3Store
 
-        tuning = {k: v for k, v in (("max_attempts", opts.max_attempts), ("time_budget", opts.time_budget),
-                                    ("connect_timeout", opts.connect_timeout), ("read_timeout", opts.read_timeout))
-                  if v is not None}
-        store = S3Store(url, opts, **tuning)  # type: ignore[arg-type]
+        store = S3Store(url, opts, **_tuning(opts))  # type: ignore[arg-type]
+    elif url.startswith(("az://", "abfs://", "abfss://")):
+        from coordinator.backends.azure import AzureStore
+
+        store = AzureStore(url, opts, **_tuning(opts))  # type: ignore[arg-type]
     else:
-        raise InvalidOptionError(f"store URL scheme of {url!r} is not supported (use a path, file://, s3://, memory://)")
+        raise InvalidOptionError(
+            f"store URL scheme of {url!r} is not supported (use a path, file://, s3://, az://, abfss://, memory://)")
     del probe  # accepted for compatibility; see above
     return store
+
+
+def _tuning(opts: StoreOptions) -> dict[str, float]:
+    """The retry budget and timeouts the options set (the rest keep the backend's defaults)."""
+    return {k: v for k, v in (("max_attempts", opts.max_attempts), ("time_budget", opts.time_budget),
+                              ("connect_timeout", opts.connect_timeout), ("read_timeout", opts.read_timeout))
+            if v is not None}
 
 
 class HadoopUnreachable(ValueError):  # noqa: N818 - a reason, for callers that fall back
@@ -86,8 +97,8 @@ def hadoop_url(url: str) -> str:
     ``s3a://`` URLs, ``file:///abs/path`` for plain paths and ``file:`` URLs (see :func:`local_path`).
 
     Raises:
-        HadoopUnreachable: an in-memory store, another scheme, or a path holding characters Spark reads as a glob
-            pattern or a path list (``*?[]{}\\,``).
+        HadoopUnreachable: an in-memory store, an Azure store (not yet through hadoop-azure), another scheme, or a
+            path holding characters Spark reads as a glob pattern or a path list (``*?[]{}\\,``).
         InvalidOptionError: a ``file:`` URL that is not a local absolute path.
     """
     url = url.strip()
@@ -97,6 +108,10 @@ def hadoop_url(url: str) -> str:
         raise HadoopUnreachable("the store path holds characters Spark reads as a glob pattern or a path list")
     if url.startswith(("s3://", "s3a://")):
         return "s3a://" + url.split("://", 1)[1].rstrip("/")
+    if url.startswith(("az://", "abfs://", "abfss://")):
+        raise HadoopUnreachable(
+            "Spark's own file system for Azure stores (hadoop-azure's abfss://) is not set up by txnlog yet: "
+            "the Python data source reads and writes them")
     folder = local_path(url)
     if folder is None:
         raise HadoopUnreachable(f"Spark has no file system for {url.split(':', 1)[0]}://")

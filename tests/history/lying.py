@@ -127,7 +127,9 @@ def cli_store_flags(url: str, options: dict[str, str]) -> list[str]:
     """The command line's store flags for ``url`` and the history's store options."""
     flags = ["--store", url]
     for key, flag in (("s3.endpoint", "--s3-endpoint"), ("s3.region", "--s3-region"), ("s3.key", "--s3-key"),
-                      ("s3.secret", "--s3-secret")):
+                      ("s3.secret", "--s3-secret"), ("azure.account", "--azure-account"),
+                      ("azure.endpoint", "--azure-endpoint"), ("azure.key", "--azure-key"),
+                      ("azure.sasToken", "--azure-sas-token")):
         if options.get(key):
             flags += [flag, options[key]]
     return flags

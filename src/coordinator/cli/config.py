@@ -3,7 +3,8 @@
 Precedence, strongest first: flags, environment (``TXNLOG_STORE``, ``TXNLOG_CONFIG``), the config file, the
 built-in defaults (mirrored, with comments, in ``conf/txnlog.defaults.toml``). An invalid value is reported under
 the name the user wrote it with (``[transactions] timeout_ms in FILE``, ``--s3-region``, ``$TXNLOG_STORE``).
-Store credentials come only from ``--s3-key``/``--s3-secret`` or the standard AWS chain; a config file holding
+Store credentials come only from ``--s3-key``/``--s3-secret`` (``--azure-key``/``--azure-sas-token``) or the
+standard AWS (Azure) chain; a config file holding
 credentials is refused, and credentials are never echoed back in any message.
 """
 
@@ -44,6 +45,8 @@ CONFIG_KEYS: dict[tuple[str, str], str] = {
     ("store", "retry_time_budget_s"): "retry_time_budget_s",
     ("s3", "endpoint"): "s3_endpoint",
     ("s3", "region"): "s3_region",
+    ("azure", "account"): "azure_account",
+    ("azure", "endpoint"): "azure_endpoint",
     ("transactions", "timeout_ms"): "transaction_timeout_ms",
     ("transactions", "transactional_id_expiration_ms"): "transactional_id_expiration_ms",
     ("segments", "format"): "segment_format",
@@ -54,9 +57,11 @@ CONFIG_KEYS: dict[tuple[str, str], str] = {
 }
 #: Settings attribute -> the flag that sets it (for messages).
 FLAG_NAMES = {"store_url": "--store", "s3_endpoint": "--s3-endpoint", "s3_region": "--s3-region",
-              "s3_key": "--s3-key", "s3_secret": "--s3-secret"}
+              "s3_key": "--s3-key", "s3_secret": "--s3-secret", "azure_account": "--azure-account",
+              "azure_endpoint": "--azure-endpoint", "azure_key": "--azure-key", "azure_sas_token": "--azure-sas-token"}
 CREDENTIAL_KEYS = frozenset({"key", "secret", "token", "access_key", "secret_key", "session_token",
-                             "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "password"})
+                             "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "password",
+                             "sastoken", "sas_token", "account_key", "connection_string"})
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,10 @@ class Settings:
     s3_region: str | None = None
     s3_key: str | None = field(default=None, repr=False)
     s3_secret: str | None = field(default=None, repr=False)
+    azure_account: str | None = None
+    azure_endpoint: str | None = None
+    azure_key: str | None = field(default=None, repr=False)
+    azure_sas_token: str | None = field(default=None, repr=False)
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
     transactional_id_expiration_ms: int = DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS
     segment_format: str = "parquet"
@@ -83,12 +92,15 @@ class Settings:
     origins: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def secrets(self) -> tuple[str | None, ...]:
-        return (self.s3_key, self.s3_secret)
+        return (self.s3_key, self.s3_secret, self.azure_key, self.azure_sas_token)
 
     def store_options(self) -> StoreOptions:
-        """The store access options (credentials only when given as flags; otherwise the AWS chain applies)."""
+        """The store access options (credentials only when given as flags; otherwise the AWS or Azure chain
+        applies)."""
         return StoreOptions(endpoint=self.s3_endpoint, key=self.s3_key, secret=self.s3_secret, region=self.s3_region,
-                            max_attempts=self.retry_attempts, time_budget=self.retry_time_budget_s)
+                            max_attempts=self.retry_attempts, time_budget=self.retry_time_budget_s,
+                            azure_account=self.azure_account, azure_endpoint=self.azure_endpoint,
+                            azure_key=self.azure_key, azure_sas_token=self.azure_sas_token)
 
     def open(self, *, write: bool = False, create: bool = False) -> Store:
         """Open the store. Unless ``create``, refuse a URL that holds no txnlog store, writing nothing (read-only
@@ -122,8 +134,10 @@ class Settings:
 
     def public(self) -> dict[str, Any]:
         """The settings as a dict, credentials replaced by whether they are set."""
-        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("s3_key", "s3_secret", "origins")}
+        hidden = ("s3_key", "s3_secret", "azure_key", "azure_sas_token", "origins")
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in hidden}
         d["s3_credentials"] = "flags" if self.s3_key or self.s3_secret else "aws-chain"
+        d["azure_credentials"] = "flags" if self.azure_key or self.azure_sas_token else "azure-chain"
         return d
 
 
@@ -154,7 +168,8 @@ def read_config_file(path: str) -> tuple[dict[str, Any], dict[str, str]]:
             if key.lower() in CREDENTIAL_KEYS:
                 raise InvalidOptionError(
                     f"config file {path!r}: [{section}] {key} looks like a credential; credentials never go in a "
-                    "config file (use --s3-key/--s3-secret or the AWS environment/credential chain)"
+                    "config file (use --s3-key/--s3-secret, --azure-key/--azure-sas-token, or the AWS or Azure "
+                    "environment/credential chain)"
                 )
             attr = CONFIG_KEYS.get((section, key))
             if attr is None:
@@ -224,7 +239,7 @@ def _check(settings: Settings) -> Settings:
     if settings.segment_format not in FORMATS:
         raise InvalidOptionError(f"{_name('segment_format', origins)} {settings.segment_format!r} is not one of "
                                  f"{FORMATS}")
-    for attr in ("store_url", "s3_endpoint", "s3_region"):
+    for attr in ("store_url", "s3_endpoint", "s3_region", "azure_account", "azure_endpoint"):
         val = getattr(settings, attr)
         if val is not None and not isinstance(val, str):
             raise InvalidOptionError(f"{_name(attr, origins)} must be a string, got {val!r}")
