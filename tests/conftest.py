@@ -15,6 +15,7 @@ from moto.server import ThreadedMotoServer
 from coordinator import MemoryStore, open_store
 from coordinator.store import Store
 from core_helpers import Backend
+from gcs_lake import FakeGCS, GCSLake, lake_on
 from s3_lake import TEST_KEY, TEST_REGION, TEST_SECRET, S3Lake, close_admin, make_bucket
 
 
@@ -40,12 +41,28 @@ def s3_lake(s3_endpoint: str) -> S3Lake:
     return S3Lake(url=f"s3://{bucket}/lake", options=options, bucket=bucket, endpoint=s3_endpoint)
 
 
-BACKENDS = ["memory", "local", "s3"]
+@pytest.fixture(scope="session")
+def gcs_endpoint() -> Iterator[str]:
+    """``http://127.0.0.1:PORT`` of a fake-gcs-server running for the whole test session."""
+    server = FakeGCS()
+    try:
+        yield server.endpoint
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def gcs_lake(gcs_endpoint: str) -> GCSLake:
+    """A fresh bucket; ``url`` is ``gs://<bucket>/lake`` and ``options`` the ``gcs.*`` options to open it."""
+    return lake_on(gcs_endpoint)
+
+
+BACKENDS = ["memory", "local", "s3", "gcs"]
 
 
 @pytest.fixture(params=BACKENDS)
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
-    """``(url, options)`` of a fresh, empty store root on each backend (ids memory / local / s3)."""
+    """``(url, options)`` of a fresh, empty store root on each backend (ids memory / local / s3 / gcs)."""
     backend = request.param
     if backend == "memory":
         url = f"memory://test-{uuid.uuid4().hex}"
@@ -55,6 +72,9 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[
             MemoryStore.drop(url)
     elif backend == "local":
         yield f"file://{tmp_path / 'lake'}", {}
+    elif backend == "gcs":
+        gcs: GCSLake = request.getfixturevalue("gcs_lake")
+        yield gcs.url, dict(gcs.options)
     else:
         lake: S3Lake = request.getfixturevalue("s3_lake")
         yield lake.url, dict(lake.options)
@@ -62,7 +82,7 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[
 
 @pytest.fixture
 def store(store_url: tuple[str, dict[str, str]]) -> Iterator[Store]:
-    """A freshly opened (and probed) store on each backend (ids memory / local / s3)."""
+    """A freshly opened (and probed) store on each backend (ids memory / local / s3 / gcs)."""
     url, options = store_url
     st = open_store(url, options)
     try:

@@ -1,5 +1,6 @@
 """Opening a store from a URL: the one place that knows every backend (see :mod:`coordinator.backends`). No backend
-imports this module, and the S3 backend (s3fs, botocore) is imported only when an ``s3://`` URL is opened."""
+imports this module, and the S3 backend (s3fs, botocore) is imported only when an ``s3://`` URL is opened, the GCS
+one (gcsfs) only for ``gs://``."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def open_store(
     url: str, options: Mapping[str, str] | StoreOptions | None = None, *, probe: bool = True
 ) -> Store:
     """Open the store rooted at ``url``: a plain path, ``file:/abs``, ``file:///abs``, ``memory://name`` or
-    ``s3://bucket/prefix``.
+    ``s3://bucket/prefix`` or ``gs://bucket/prefix`` (also ``gcs://``).
 
     Opening reads and writes nothing. Every writing path probes the store before it writes anything
     (:func:`coordinator.probe.probe_conditional_writes`) and every reading path never does, whatever ``probe``
@@ -67,14 +68,23 @@ def open_store(
     elif url.startswith(("s3://", "s3a://")):
         from coordinator.backends.s3 import S3Store
 
-        tuning = {k: v for k, v in (("max_attempts", opts.max_attempts), ("time_budget", opts.time_budget),
-                                    ("connect_timeout", opts.connect_timeout), ("read_timeout", opts.read_timeout))
-                  if v is not None}
-        store = S3Store(url, opts, **tuning)  # type: ignore[arg-type]
+        store = S3Store(url, opts, **_tuning(opts))  # type: ignore[arg-type]
+    elif url.startswith(("gs://", "gcs://")):
+        from coordinator.backends.gcs import GCSStore
+
+        store = GCSStore(url, opts, **_tuning(opts))  # type: ignore[arg-type]
     else:
-        raise InvalidOptionError(f"store URL scheme of {url!r} is not supported (use a path, file://, s3://, memory://)")
+        raise InvalidOptionError(
+            f"store URL scheme of {url!r} is not supported (use a path, file://, s3://, gs://, memory://)")
     del probe  # accepted for compatibility; see above
     return store
+
+
+def _tuning(opts: StoreOptions) -> dict[str, float]:
+    """The retry budget and timeouts the options give (the backend's defaults for the others)."""
+    return {k: v for k, v in (("max_attempts", opts.max_attempts), ("time_budget", opts.time_budget),
+                              ("connect_timeout", opts.connect_timeout), ("read_timeout", opts.read_timeout))
+            if v is not None}
 
 
 class HadoopUnreachable(ValueError):  # noqa: N818 - a reason, for callers that fall back
