@@ -7,11 +7,13 @@ server) and relays the reply, or injects one of these faults:
 - ``internal``: answer ``500 InternalError`` without forwarding;
 - ``hang``: forward nothing and say nothing until the client's read timeout has passed, then reset;
 - ``reset``: reset the connection (TCP RST) without forwarding;
-- ``lost_reply``: forward the request (the upstream applies it), then reset the connection instead of replying.
+- ``lost_reply``: forward the request (the upstream applies it), then reset the connection instead of replying;
+- ``throttle``: answer ``429 Too Many Requests`` without forwarding (GCS's throttling; only when asked for by name,
+  never among the default kinds).
 
 Faults are drawn at a configurable rate from a seeded generator, or forced for the next matching requests
-(:meth:`FaultProxy.force`). With ``strip_conditional`` the proxy drops ``If-None-Match`` / ``If-Match`` headers,
-imitating an S3-compatible store that ignores conditional writes. With ``read_only`` every write (PUT, POST,
+(:meth:`FaultProxy.force`). With ``strip_conditional`` the proxy drops ``If-None-Match`` / ``If-Match`` headers and
+GCS's ``ifGeneration*`` / ``ifMetageneration*`` query parameters, imitating a store that ignores conditional writes. With ``read_only`` every write (PUT, POST,
 DELETE) is refused with ``403 AccessDenied``, as a read-only IAM policy does; :attr:`FaultLog.refused` counts them.
 """
 
@@ -36,6 +38,8 @@ HANG = "hang"
 RESET = "reset"
 LOST_REPLY = "lost_reply"
 ALL_FAULTS: tuple[str, ...] = (SLOWDOWN, INTERNAL, HANG, RESET, LOST_REPLY)
+THROTTLE = "throttle"
+KNOWN_FAULTS: tuple[str, ...] = (*ALL_FAULTS, THROTTLE)
 
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer", "upgrade"}
 _CONDITIONAL = {"if-none-match", "if-match"}
@@ -68,7 +72,8 @@ class FaultProxy:
         kinds: the faults to draw from.
         methods: only requests with these HTTP methods are eligible for drawn faults (None: all).
         hang_seconds: how long a ``hang`` keeps the connection silent; set it above the client's read timeout.
-        strip_conditional: drop ``If-None-Match`` and ``If-Match`` request headers.
+        strip_conditional: drop ``If-None-Match`` and ``If-Match`` request headers and GCS's ``ifGeneration*`` /
+            ``ifMetageneration*`` query parameters.
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`.
     """
@@ -91,8 +96,8 @@ class FaultProxy:
         self.upstream_host, self.upstream_port = parts.hostname, parts.port
         self.kinds = tuple(kinds)
         for k in self.kinds:
-            if k not in ALL_FAULTS:
-                raise ValueError(f"unknown fault {k!r}; known: {ALL_FAULTS}")
+            if k not in KNOWN_FAULTS:
+                raise ValueError(f"unknown fault {k!r}; known: {KNOWN_FAULTS}")
         self.rate = rate
         self.seed = seed
         self.methods = None if methods is None else frozenset(m.upper() for m in methods)
@@ -140,7 +145,7 @@ class FaultProxy:
     def force(self, kind: str, *, method: str | None = None, count: int = 1) -> None:
         """Inject ``kind`` into the next ``count`` requests with HTTP ``method`` (any method when None), ahead of
         any drawn fault."""
-        if kind not in ALL_FAULTS:
+        if kind not in KNOWN_FAULTS:
             raise ValueError(f"unknown fault {kind!r}")
         with self._lock:
             self._forced.append(_Forced(kind, None if method is None else method.upper(), count))
@@ -171,6 +176,15 @@ class FaultProxy:
                 self.log.faults[kind] += 1
                 self.log.events.append((method, path, kind))
             return kind
+
+
+def _strip_query_conditions(path: str) -> str:
+    """``path`` without GCS's precondition query parameters (``ifGenerationMatch=0`` and its kin)."""
+    base, sep, query = path.partition("?")
+    if not sep:
+        return path
+    kept = [p for p in query.split("&") if not p.lower().startswith(("ifgeneration", "ifmetageneration"))]
+    return base + ("?" + "&".join(kept) if kept else "")
 
 
 class _Server(ThreadingHTTPServer):
@@ -224,6 +238,8 @@ class _Handler(BaseHTTPRequestHandler):
         fault = proxy._decide(self.command, self.path)
         if fault == SLOWDOWN:
             self._error(503, "SlowDown", "Please reduce your request rate.")
+        elif fault == THROTTLE:
+            self._error(429, "TooManyRequests", "The rate of change requests to the object is too high.")
         elif fault == INTERNAL:
             self._error(500, "InternalError", "We encountered an internal error. Please try again.")
         elif fault == HANG:
@@ -278,7 +294,8 @@ class _Handler(BaseHTTPRequestHandler):
         }
         conn = http.client.HTTPConnection(proxy.upstream_host, proxy.upstream_port, timeout=30)
         try:
-            conn.request(self.command, self.path, body=body or None, headers=headers)
+            path = _strip_query_conditions(self.path) if proxy.strip_conditional else self.path
+            conn.request(self.command, path, body=body or None, headers=headers)
             resp = conn.getresponse()
             reply = resp.read()
             return resp.status, resp.reason, resp.getheaders(), reply

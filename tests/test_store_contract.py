@@ -1,5 +1,5 @@
-"""The store contract (see ``coordinator.store``), one suite run on every backend: memory, local disk and S3
-(moto's server on loopback)."""
+"""The store contract (see ``coordinator.store``), one suite run on every backend: memory, local disk, S3 (moto's
+server on loopback) and GCS (fake-gcs-server on loopback)."""
 
 from __future__ import annotations
 
@@ -377,10 +377,10 @@ class _OverwritingLocalStore(LocalStore):
 
 def test_probe_refuses_store_ignoring_conditions(store_url: tuple[str, dict[str, str]]) -> None:
     url, options = store_url
-    if url.startswith("s3://"):
-        endpoint = options["s3.endpoint"]
-        with FaultProxy(endpoint, strip_conditional=True) as proxy:
-            st3 = open_store(url + "/stripped", {**options, "s3.endpoint": proxy.endpoint})
+    if url.startswith(("s3://", "gs://")):
+        option = "s3.endpoint" if url.startswith("s3://") else "gcs.endpoint"  # GCS: the ifGenerationMatch query
+        with FaultProxy(options[option], strip_conditional=True) as proxy:
+            st3 = open_store(url + "/stripped", {**options, option: proxy.endpoint})
             with pytest.raises(UnsupportedStoreError, match="conditional writes"):
                 create_topic(st3, "t", pa.schema([("v", pa.int64())]))  # refused before the first write
             assert proxy.log.requests >= 2

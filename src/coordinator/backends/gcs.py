@@ -304,7 +304,9 @@ class GCSStore(Store):
         return f"{self._bucket_url()}/o/{quote(self._key(path), safe='')}"
 
     def _bucket_missing(self, reply: _Reply) -> bool:
-        return "bucket" in reply.describe().lower()
+        """Whether a 404 names the bucket, not the object (GCS: "The specified bucket does not exist."; listings
+        never 404 otherwise, so :meth:`_pages` takes every 404 as a missing bucket)."""
+        return "bucket does not exist" in reply.describe().lower()
 
     def _upload(self, kind: str, path: str, body: bytes, conditions: dict[str, str]) -> _Reply:
         """One multipart upload of ``body`` to ``path`` (the only upload kind this backend sends)."""
@@ -336,6 +338,9 @@ class GCSStore(Store):
             if start_after is not None:
                 params["startOffset"] = base + start_after
             reply = self._call("list", prefix or "/", "GET", self._bucket_url() + "/o", params)
+            if reply.status == 404:
+                raise StoreError(f"GCS list of {self._where(prefix)} failed: bucket {self.bucket!r} does not exist "
+                                 f"({reply.describe()})")
             if reply.status >= 300:
                 raise self._failure("list", prefix or "/", reply)
             page = reply.json()
