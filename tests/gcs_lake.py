@@ -136,8 +136,9 @@ def upload(endpoint: str, bucket: str, name: str, data: bytes, *, kind: str, if_
         url, body, headers = base + f"&name={quote(name, safe='')}", data, {"Content-Type": "application/octet-stream"}
     else:
         boundary = uuid.uuid4().hex
-        body = (f"--{boundary}\r\nContent-Type: application/json\r\n\r\n{json.dumps({'name': name})}\r\n--{boundary}"
-                "\r\nContent-Type: application/octet-stream\r\n\r\n").encode() + data + f"\r\n--{boundary}--\r\n".encode()
+        meta = json.dumps({"name": name})
+        body = (f"--{boundary}\r\nContent-Type: application/json\r\n\r\n{meta}\r\n--{boundary}\r\n"
+                "Content-Type: application/octet-stream\r\n\r\n").encode() + data + f"\r\n--{boundary}--\r\n".encode()
         url, headers = base, {"Content-Type": f'multipart/related; boundary="{boundary}"'}
     try:
         _request("POST", url, body, headers)

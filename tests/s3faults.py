@@ -13,8 +13,9 @@ server) and relays the reply, or injects one of these faults:
 
 Faults are drawn at a configurable rate from a seeded generator, or forced for the next matching requests
 (:meth:`FaultProxy.force`). With ``strip_conditional`` the proxy drops ``If-None-Match`` / ``If-Match`` headers and
-GCS's ``ifGeneration*`` / ``ifMetageneration*`` query parameters, imitating a store that ignores conditional writes. With ``read_only`` every write (PUT, POST,
-DELETE) is refused with ``403 AccessDenied``, as a read-only IAM policy does; :attr:`FaultLog.refused` counts them.
+GCS's ``ifGeneration*`` / ``ifMetageneration*`` query parameters, imitating a store that ignores conditional
+writes. With ``read_only`` every write (PUT, POST, DELETE) is refused with ``403 AccessDenied``, as a read-only IAM
+policy does; :attr:`FaultLog.refused` counts them.
 """
 
 from __future__ import annotations

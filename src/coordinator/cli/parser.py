@@ -99,13 +99,18 @@ def _common(suppress: bool) -> OneLineParser:
     p = OneLineParser(add_help=False)
     g = p.add_argument_group("store and output")
     g.add_argument("--store", metavar="URL", default=d,
-                   help=f"store root: a folder, file:///path, s3://bucket/prefix (default ${ENV_STORE})")
+                   help=f"store root: a folder, file:///path, s3://bucket/prefix, gs://bucket/prefix "
+                        f"(default ${ENV_STORE})")
     g.add_argument("--config", metavar="FILE", default=d, help=f"TOML settings file (default ${ENV_CONFIG})")
     g.add_argument("--s3-endpoint", metavar="URL", default=d, help="S3-compatible endpoint URL")
     g.add_argument("--s3-region", metavar="REGION", default=d, help="S3 region")
     g.add_argument("--s3-key", metavar="KEY", default=d, help="access key id (default: the AWS credential chain)")
     g.add_argument("--s3-secret", metavar="SECRET", default=d,
                    help="secret access key (default: the AWS credential chain)")
+    g.add_argument("--gcs-endpoint", metavar="URL", default=d, help="GCS endpoint URL (leave out for Google's)")
+    g.add_argument("--gcs-project", metavar="PROJECT", default=d, help="GCS project")
+    g.add_argument("--gcs-token", metavar="FILE", default=d,
+                   help="GCS credentials file, or anon (default: Google's credential chain)")
     g.add_argument("--json", action="store_true", default=argparse.SUPPRESS if suppress else False,
                    help="machine-readable JSON on stdout (JSON Lines for dump and the daemon)")
     g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=d,
