@@ -127,7 +127,8 @@ def cli_store_flags(url: str, options: dict[str, str]) -> list[str]:
     """The command line's store flags for ``url`` and the history's store options."""
     flags = ["--store", url]
     for key, flag in (("s3.endpoint", "--s3-endpoint"), ("s3.region", "--s3-region"), ("s3.key", "--s3-key"),
-                      ("s3.secret", "--s3-secret")):
+                      ("s3.secret", "--s3-secret"), ("gcs.endpoint", "--gcs-endpoint"),
+                      ("gcs.project", "--gcs-project"), ("gcs.token", "--gcs-token")):
         if options.get(key):
             flags += [flag, options[key]]
     return flags
