@@ -92,7 +92,7 @@ def test_hadoop_url_names_s3_through_s3a(url: str) -> None:
 
 @pytest.mark.parametrize(("url", "fragment"), [
     ("memory://x", "in-memory"), ("/data/lake*", "glob"), ("/data/a,b", "path list"), ("/data/{a}", "glob"),
-    ("gs://bucket/lake", "gs://"),
+    ("gs://bucket/lake", "do not reach gs:// stores"), ("gcs://bucket/lake", "do not reach gs:// stores"),
 ])
 def test_hadoop_url_says_why_spark_cannot_reach_a_store(url: str, fragment: str) -> None:
     with pytest.raises(HadoopUnreachable, match=fragment):

@@ -96,8 +96,8 @@ def hadoop_url(url: str) -> str:
     ``s3a://`` URLs, ``file:///abs/path`` for plain paths and ``file:`` URLs (see :func:`local_path`).
 
     Raises:
-        HadoopUnreachable: an in-memory store, another scheme, or a path holding characters Spark reads as a glob
-            pattern or a path list (``*?[]{}\\,``).
+        HadoopUnreachable: an in-memory store, a ``gs://`` store, another scheme, or a path holding characters Spark
+            reads as a glob pattern or a path list (``*?[]{}\\,``).
         InvalidOptionError: a ``file:`` URL that is not a local absolute path.
     """
     url = url.strip()
@@ -107,6 +107,11 @@ def hadoop_url(url: str) -> str:
         raise HadoopUnreachable("the store path holds characters Spark reads as a glob pattern or a path list")
     if url.startswith(("s3://", "s3a://")):
         return "s3a://" + url.split("://", 1)[1].rstrip("/")
+    if url.startswith(("gs://", "gcs://")):
+        # The GCS connector would need the gcs.* options as fs.gs.* settings; without them it could reach another
+        # endpoint than the store's, so the native paths stay off and the Python data source serves gs:// stores.
+        raise HadoopUnreachable("Spark's native paths do not reach gs:// stores (the GCS connector is not given "
+                                "the gcs.* options); the Python data source reads and writes them")
     folder = local_path(url)
     if folder is None:
         raise HadoopUnreachable(f"Spark has no file system for {url.split(':', 1)[0]}://")
