@@ -97,3 +97,12 @@ def test_hadoop_url_names_s3_through_s3a(url: str) -> None:
 def test_hadoop_url_says_why_spark_cannot_reach_a_store(url: str, fragment: str) -> None:
     with pytest.raises(HadoopUnreachable, match=fragment):
         hadoop_url(url)
+
+
+def test_gs_url_without_gcsfs_says_which_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.delitem(sys.modules, "coordinator.backends.gcs", raising=False)
+    monkeypatch.setitem(sys.modules, "gcsfs", None)  # an import of it fails, as when it is not installed
+    with pytest.raises(InvalidOptionError, match=r"gs:// stores need gcsfs .*install txnlog\[gcs\]"):
+        open_store("gs://bucket/lake", {"gcs.token": "anon"})

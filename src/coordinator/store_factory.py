@@ -54,7 +54,8 @@ def open_store(
     says: the argument is kept for callers that pass it, and no store is trusted unprobed.
 
     Raises:
-        InvalidOptionError: the URL scheme is not supported, or a ``file:`` URL is not a local absolute path.
+        InvalidOptionError: the URL scheme is not supported, a ``file:`` URL is not a local absolute path, or a
+            ``gs://`` URL without gcsfs installed.
     """
     opts = options if isinstance(options, StoreOptions) else StoreOptions.from_options(options or {})
     if not isinstance(url, str) or not url.strip():
@@ -70,8 +71,11 @@ def open_store(
 
         store = S3Store(url, opts, **_tuning(opts))  # type: ignore[arg-type]
     elif url.startswith(("gs://", "gcs://")):
-        from coordinator.backends.gcs import GCSStore
-
+        try:
+            from coordinator.backends.gcs import GCSStore
+        except ImportError as exc:
+            raise InvalidOptionError(
+                f"store URL {url!r}: gs:// stores need gcsfs ({exc}); install txnlog[gcs]") from None
         store = GCSStore(url, opts, **_tuning(opts))  # type: ignore[arg-type]
     else:
         raise InvalidOptionError(
