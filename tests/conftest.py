@@ -5,7 +5,6 @@ Nothing here imports Spark; Spark fixtures live in ``tests/spark/conftest.py``.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,10 +12,12 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from azure_lake import AzureLake, azure_endpoint, azure_lake  # noqa: F401 - fixtures
-from coordinator import MemoryStore, open_store
+from coordinator import open_store
 from coordinator.store import Store
 from core_helpers import Backend
+from gcs_lake import FakeGCS, GCSLake, lake_on
 from s3_lake import TEST_KEY, TEST_REGION, TEST_SECRET, S3Lake, close_admin, make_bucket
+from store_roots import BACKENDS, store_root
 
 
 @pytest.fixture(scope="session")
@@ -41,32 +42,31 @@ def s3_lake(s3_endpoint: str) -> S3Lake:
     return S3Lake(url=f"s3://{bucket}/lake", options=options, bucket=bucket, endpoint=s3_endpoint)
 
 
-BACKENDS = ["memory", "local", "s3", "azure"]
+@pytest.fixture(scope="session")
+def gcs_endpoint() -> Iterator[str]:
+    """``http://127.0.0.1:PORT`` of a fake-gcs-server running for the whole test session."""
+    server = FakeGCS()
+    try:
+        yield server.endpoint
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def gcs_lake(gcs_endpoint: str) -> GCSLake:
+    """A fresh bucket; ``url`` is ``gs://<bucket>/lake`` and ``options`` the ``gcs.*`` options to open it."""
+    return lake_on(gcs_endpoint)
 
 
 @pytest.fixture(params=BACKENDS)
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
-    """``(url, options)`` of a fresh, empty store root on each backend (ids memory / local / s3 / azure)."""
-    backend = request.param
-    if backend == "memory":
-        url = f"memory://test-{uuid.uuid4().hex}"
-        try:
-            yield url, {}
-        finally:
-            MemoryStore.drop(url)
-    elif backend == "local":
-        yield f"file://{tmp_path / 'lake'}", {}
-    elif backend == "azure":
-        az: AzureLake = request.getfixturevalue("azure_lake")
-        yield az.url, dict(az.options)
-    else:
-        lake: S3Lake = request.getfixturevalue("s3_lake")
-        yield lake.url, dict(lake.options)
+    """``(url, options)`` of a fresh, empty store root on each backend (ids memory / local / s3)."""
+    yield from store_root(request, tmp_path, request.param)
 
 
 @pytest.fixture
 def store(store_url: tuple[str, dict[str, str]]) -> Iterator[Store]:
-    """A freshly opened (and probed) store on each backend (ids memory / local / s3)."""
+    """A freshly opened (and probed) store on each backend of ``store_url``."""
     url, options = store_url
     st = open_store(url, options)
     try:

@@ -7,14 +7,17 @@ server) and relays the reply, or injects one of these faults:
 - ``internal``: answer ``500 InternalError`` without forwarding;
 - ``hang``: forward nothing and say nothing until the client's read timeout has passed, then reset;
 - ``reset``: reset the connection (TCP RST) without forwarding;
-- ``lost_reply``: forward the request (the upstream applies it), then reset the connection instead of replying.
+- ``lost_reply``: forward the request (the upstream applies it), then reset the connection instead of replying;
+- ``throttle``: answer ``429 Too Many Requests`` without forwarding (GCS's throttling; only when asked for by name,
+  never among the default kinds).
 
 Faults are drawn at a configurable rate from a seeded generator, or forced for the next matching requests
-(:meth:`FaultProxy.force`). With ``strip_conditional`` the proxy drops ``If-None-Match`` / ``If-Match`` headers,
-imitating an S3-compatible store that ignores conditional writes. With ``read_only`` every write (PUT, POST,
-DELETE) is refused with ``403 AccessDenied``, as a read-only IAM policy does; :attr:`FaultLog.refused` counts them.
-The error replies name their code in the body and in an ``x-ms-error-code`` header; ``codes`` replaces S3's codes
-with another service's (:data:`AZURE_CODES`: ``503 ServerBusy``, ``500 InternalError``).
+(:meth:`FaultProxy.force`). With ``strip_conditional`` the proxy drops ``If-None-Match`` / ``If-Match`` headers and
+GCS's ``ifGeneration*`` / ``ifMetageneration*`` query parameters, imitating a store that ignores conditional
+writes. With ``read_only`` every write (PUT, POST, DELETE) is refused with ``403 AccessDenied``, as a read-only IAM
+policy does; :attr:`FaultLog.refused` counts them. The error replies name their code in the body and in an
+``x-ms-error-code`` header; ``codes`` replaces S3's codes with another service's (:data:`AZURE_CODES`: ``503
+ServerBusy``, ``500 InternalError``).
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ HANG = "hang"
 RESET = "reset"
 LOST_REPLY = "lost_reply"
 ALL_FAULTS: tuple[str, ...] = (SLOWDOWN, INTERNAL, HANG, RESET, LOST_REPLY)
+THROTTLE = "throttle"
+KNOWN_FAULTS: tuple[str, ...] = (*ALL_FAULTS, THROTTLE)
 
 #: (code, message) of the injected error replies, by fault kind.
 S3_CODES: dict[str, tuple[str, str]] = {
@@ -80,7 +85,8 @@ class FaultProxy:
         kinds: the faults to draw from.
         methods: only requests with these HTTP methods are eligible for drawn faults (None: all).
         hang_seconds: how long a ``hang`` keeps the connection silent; set it above the client's read timeout.
-        strip_conditional: drop ``If-None-Match`` and ``If-Match`` request headers.
+        strip_conditional: drop ``If-None-Match`` and ``If-Match`` request headers and GCS's ``ifGeneration*`` /
+            ``ifMetageneration*`` query parameters.
         codes: the error codes of the injected ``slowdown`` and ``internal`` replies (default :data:`S3_CODES`).
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`.
@@ -105,8 +111,8 @@ class FaultProxy:
         self.upstream_host, self.upstream_port = parts.hostname, parts.port
         self.kinds = tuple(kinds)
         for k in self.kinds:
-            if k not in ALL_FAULTS:
-                raise ValueError(f"unknown fault {k!r}; known: {ALL_FAULTS}")
+            if k not in KNOWN_FAULTS:
+                raise ValueError(f"unknown fault {k!r}; known: {KNOWN_FAULTS}")
         self.rate = rate
         self.seed = seed
         self.methods = None if methods is None else frozenset(m.upper() for m in methods)
@@ -155,7 +161,7 @@ class FaultProxy:
     def force(self, kind: str, *, method: str | None = None, count: int = 1) -> None:
         """Inject ``kind`` into the next ``count`` requests with HTTP ``method`` (any method when None), ahead of
         any drawn fault."""
-        if kind not in ALL_FAULTS:
+        if kind not in KNOWN_FAULTS:
             raise ValueError(f"unknown fault {kind!r}")
         with self._lock:
             self._forced.append(_Forced(kind, None if method is None else method.upper(), count))
@@ -186,6 +192,15 @@ class FaultProxy:
                 self.log.faults[kind] += 1
                 self.log.events.append((method, path, kind))
             return kind
+
+
+def _strip_query_conditions(path: str) -> str:
+    """``path`` without GCS's precondition query parameters (``ifGenerationMatch=0`` and its kin)."""
+    base, sep, query = path.partition("?")
+    if not sep:
+        return path
+    kept = [p for p in query.split("&") if not p.lower().startswith(("ifgeneration", "ifmetageneration"))]
+    return base + ("?" + "&".join(kept) if kept else "")
 
 
 class _Server(ThreadingHTTPServer):
@@ -239,6 +254,8 @@ class _Handler(BaseHTTPRequestHandler):
         fault = proxy._decide(self.command, self.path)
         if fault == SLOWDOWN:
             self._error(503, *proxy.codes[SLOWDOWN])
+        elif fault == THROTTLE:
+            self._error(429, "TooManyRequests", "The rate of change requests to the object is too high.")
         elif fault == INTERNAL:
             self._error(500, *proxy.codes[INTERNAL])
         elif fault == HANG:
@@ -293,7 +310,8 @@ class _Handler(BaseHTTPRequestHandler):
         }
         conn = http.client.HTTPConnection(proxy.upstream_host, proxy.upstream_port, timeout=30)
         try:
-            conn.request(self.command, self.path, body=body or None, headers=headers)
+            path = _strip_query_conditions(self.path) if proxy.strip_conditional else self.path
+            conn.request(self.command, path, body=body or None, headers=headers)
             resp = conn.getresponse()
             reply = resp.read()
             return resp.status, resp.reason, resp.getheaders(), reply

@@ -2,9 +2,9 @@
 checker rule must fire on a hand-made bad history (so the checker can fail).
 
 Default run: a few hundred short histories (memory store mostly, some on local disk, a couple across processes,
-one on the loopback S3 server) plus a small Hypothesis search over workload parameters, with the triggers of the
-defects found and not fixed yet (``workload.OPEN_DEFECTS``, empty now) avoided; each defect found has a test that
-exercises its trigger deterministically. ``-m slow`` adds a long run.
+one on the loopback S3 server, three on the loopback GCS server) plus a small Hypothesis search over workload
+parameters, with the triggers of the defects found and not fixed yet (``workload.OPEN_DEFECTS``, empty now)
+avoided; each defect found has a test that exercises its trigger deterministically. ``-m slow`` adds a long run.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ from coordinator.layout import (
     txn_log_path,
 )
 from core_helpers import LostReplyStore
+from gcs_lake import GCSLake
 from history import clocks, lying, pauses, repair
 from history.checker import (
     FAILED,
@@ -137,7 +138,17 @@ def test_s3_history_has_no_anomalies(s3_lake: S3Lake) -> None:
 
 @pytest.mark.parametrize("seed", [41_000, 41_001])
 def test_azure_history_has_no_anomalies(azure_lake: AzureLake, seed: int) -> None:
+    """Crashes, store errors, lost replies and maintenance on the loopback Azure endpoint (Azurite)."""
     h = run_history(params_for(seed, azure_lake.url + f"/h{seed}", azure_lake.options, steps=6, workers=1,
+                               fault_rate=0.05, avoid=OPEN))
+    assert h.faults and len(h.ops) > 6
+    assert check(h) == []
+
+
+@pytest.mark.parametrize("seed", [41_000, 41_001, 41_002])
+def test_gcs_history_has_no_anomalies(gcs_lake: GCSLake, seed: int) -> None:
+    """Crashes, store errors, lost replies and maintenance on the loopback GCS endpoint (fake-gcs-server)."""
+    h = run_history(params_for(seed, gcs_lake.url + f"/h{seed}", gcs_lake.options, steps=10, workers=1,
                                fault_rate=0.05, avoid=OPEN))
     assert h.faults and len(h.ops) > 6
     assert check(h) == []

@@ -92,7 +92,7 @@ def test_txnlog_version_is_the_installed_package_version() -> None:
 )
 def test_every_third_party_import_is_declared(packages: list[str], extra: str | None) -> None:
     """``coordinator`` needs only the base requirements; the Spark packages may use the ``spark`` extra too."""
-    declared = set(requirements())
+    declared = set(requirements()) | set(requirements("gcs"))  # gcsfs: imported only when a gs:// store is opened
     if extra:
         declared |= set(requirements(extra))
     optional = set(requirements("notebook"))  # plots: imported only inside the functions that draw them
@@ -138,7 +138,7 @@ def _imports_at_module_level(src: Path, module: str) -> bool:
 @pytest.mark.parametrize("which", ["newest", "oldest"])
 def test_test_pins_sit_inside_the_declared_ranges(which: str) -> None:
     pinned = pins(which)
-    declared = {**requirements(), **requirements("spark"), **requirements("test")}
+    declared = {**requirements(), **requirements("spark"), **requirements("gcs"), **requirements("test")}
     for name, req in declared.items():
         assert name in pinned, f"{which}.txt pins no version of {name}"
         assert req.specifier.contains(pinned[name], prereleases=True), \
@@ -148,7 +148,7 @@ def test_test_pins_sit_inside_the_declared_ranges(which: str) -> None:
 def test_lower_bounds_are_the_oldest_tested_versions() -> None:
     """Every lower bound of a runtime requirement is the version ``constraints/oldest.txt`` tests."""
     oldest = pins("oldest")
-    for name, req in {**requirements(), **requirements("spark")}.items():
+    for name, req in {**requirements(), **requirements("spark"), **requirements("gcs")}.items():
         lows = [Version(s.version) for s in req.specifier if s.operator == ">="]
         assert lows, f"{req} has no lower bound"
         assert oldest[name] == lows[0], f"{req}: the oldest tested version is {oldest[name]}"

@@ -1,5 +1,5 @@
-"""The store contract (see ``coordinator.store``), one suite run on every backend: memory, local disk and S3
-(moto's server on loopback)."""
+"""The store contract (see ``coordinator.store``), one suite run on every backend: memory, local disk, S3 (moto's
+server on loopback), Azure Blob Storage (Azurite on loopback) and GCS (fake-gcs-server on loopback)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -21,8 +21,15 @@ from coordinator.probe import probe_conditional_writes
 from coordinator.store import TEMP_PREFIX, Store
 from s3_lake import TEST_KEY, TEST_SECRET, S3Lake
 from s3faults import FaultProxy
+from store_roots import ALL_BACKENDS, store_root
 
 BIG = 1 << 20
+
+
+@pytest.fixture(params=ALL_BACKENDS)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """``(url, options)`` of a fresh, empty store root on every backend (ids memory / local / s3 / azure / gcs)."""
+    yield from store_root(request, tmp_path, request.param)
 
 
 def _uniform(data: bytes, size: int) -> bool:
@@ -378,10 +385,10 @@ class _OverwritingLocalStore(LocalStore):
 
 def test_probe_refuses_store_ignoring_conditions(store_url: tuple[str, dict[str, str]]) -> None:
     url, options = store_url
-    if url.startswith("s3://"):
-        endpoint = options["s3.endpoint"]
-        with FaultProxy(endpoint, strip_conditional=True) as proxy:
-            st3 = open_store(url + "/stripped", {**options, "s3.endpoint": proxy.endpoint})
+    if url.startswith(("s3://", "gs://")):
+        option = "s3.endpoint" if url.startswith("s3://") else "gcs.endpoint"  # GCS: the ifGenerationMatch query
+        with FaultProxy(options[option], strip_conditional=True) as proxy:
+            st3 = open_store(url + "/stripped", {**options, option: proxy.endpoint})
             with pytest.raises(UnsupportedStoreError, match="conditional writes"):
                 create_topic(st3, "t", pa.schema([("v", pa.int64())]))  # refused before the first write
             assert proxy.log.requests >= 2

@@ -92,7 +92,7 @@ def test_hadoop_url_names_s3_through_s3a(url: str) -> None:
 
 @pytest.mark.parametrize(("url", "fragment"), [
     ("memory://x", "in-memory"), ("/data/lake*", "glob"), ("/data/a,b", "path list"), ("/data/{a}", "glob"),
-    ("gs://bucket/lake", "gs://"),
+    ("gs://bucket/lake", "do not reach gs:// stores"), ("gcs://bucket/lake", "do not reach gs:// stores"),
 ])
 def test_hadoop_url_says_why_spark_cannot_reach_a_store(url: str, fragment: str) -> None:
     with pytest.raises(HadoopUnreachable, match=fragment):
@@ -133,3 +133,10 @@ def test_bad_azure_urls_and_options_are_refused_naming_them(url: str, options: d
 def test_hadoop_url_says_azure_stores_need_hadoop_azure(url: str) -> None:
     with pytest.raises(HadoopUnreachable, match="hadoop-azure"):
         hadoop_url(url)
+def test_gs_url_without_gcsfs_says_which_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.delitem(sys.modules, "coordinator.backends.gcs", raising=False)
+    monkeypatch.setitem(sys.modules, "gcsfs", None)  # an import of it fails, as when it is not installed
+    with pytest.raises(InvalidOptionError, match=r"gs:// stores need gcsfs .*install txnlog\[gcs\]"):
+        open_store("gs://bucket/lake", {"gcs.token": "anon"})

@@ -1,6 +1,8 @@
 """The conditional-write probe: before it writes anything, every writing path checks that the store really makes
-``put_if_absent`` exclusive (a store or proxy that ignores ``If-None-Match`` would silently break the log: two
-writers would both "create" the same log entry, and one of them would be lost).
+``put_if_absent`` exclusive (a store or proxy that ignores ``If-None-Match``, or GCS's ``ifGenerationMatch=0``, would
+silently break the log: two writers would both "create" the same log entry, and one of them would be lost). It
+writes through the backend's own ``put_if_absent``, so it checks the very request kind the backend sends (an
+emulator may enforce the condition on one GCS upload kind and not another).
 
 Who probes: the producer (before its first log entry), the Spark batch and stream sinks and the native write
 (:func:`txnsink.plan.plan_write`, on the driver, before any task stages a file), topic creation and administration,
@@ -89,7 +91,8 @@ def _probe(store: Store) -> None:
             pass
     if not first or second or held != b"probe-a":
         raise UnsupportedStoreError(
-            f"store {_where(store)} does not honour conditional writes: a create-if-absent (If-None-Match: *) "
-            "overwrote an existing object, so two writers could both win the same transaction-log entry. "
-            "txnlog refuses to write to it; use a store or endpoint that enforces If-None-Match"
+            f"store {_where(store)} does not honour conditional writes: a create-if-absent (S3's If-None-Match: *, "
+            "GCS's ifGenerationMatch=0) overwrote an existing object, so two writers could both win the same "
+            "transaction-log entry. "
+            "txnlog refuses to write to it; use a store or endpoint that enforces the condition"
         )

@@ -33,8 +33,8 @@ joins them to its root. Every call counts one request per backend operation kind
 users and benchmarks can see what an operation costs.
 
 Backends live in :mod:`coordinator.backends` (memory for ``memory://``, a local folder for plain paths and
-``file:``, S3 for ``s3://``); :func:`coordinator.store_factory.open_store` picks one from a URL. This module imports
-none of them, so the contract reads on its own.
+``file:``, S3 for ``s3://``, GCS for ``gs://``); :func:`coordinator.store_factory.open_store` picks one from a
+URL. This module imports none of them, so the contract reads on its own.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Opening a store from a URL: the one place that knows every backend (see :mod:`coordinator.backends`). No backend
 imports this module; the S3 backend (s3fs, botocore) is imported only when an ``s3://`` URL is opened, the Azure
-one (adlfs, the optional ``azure`` extra) only when an ``az://`` / ``abfs[s]://`` URL is."""
+one (adlfs, the optional ``azure`` extra) only when an ``az://`` / ``abfs[s]://`` URL is, the GCS one (gcsfs, the
+``gcs`` extra) only for ``gs://``."""
 
 from __future__ import annotations
 
@@ -47,14 +48,16 @@ def open_store(
     url: str, options: Mapping[str, str] | StoreOptions | None = None, *, probe: bool = True
 ) -> Store:
     """Open the store rooted at ``url``: a plain path, ``file:/abs``, ``file:///abs``, ``memory://name``,
-    ``s3://bucket/prefix`` or ``az://container/prefix`` (also ``abfs://`` / ``abfss://``).
+    ``s3://bucket/prefix``, ``az://container/prefix`` (also ``abfs://`` / ``abfss://``) or ``gs://bucket/prefix``
+    (also ``gcs://``).
 
     Opening reads and writes nothing. Every writing path probes the store before it writes anything
     (:func:`coordinator.probe.probe_conditional_writes`) and every reading path never does, whatever ``probe``
     says: the argument is kept for callers that pass it, and no store is trusted unprobed.
 
     Raises:
-        InvalidOptionError: the URL scheme is not supported, or a ``file:`` URL is not a local absolute path.
+        InvalidOptionError: the URL scheme is not supported, a ``file:`` URL is not a local absolute path, or a
+            ``gs://`` URL without gcsfs installed.
     """
     opts = options if isinstance(options, StoreOptions) else StoreOptions.from_options(options or {})
     if not isinstance(url, str) or not url.strip():
@@ -74,9 +77,16 @@ def open_store(
         from coordinator.backends.azure import AzureStore
 
         store = AzureStore(url, opts, **_tuning(opts))  # type: ignore[arg-type]
+    elif url.startswith(("gs://", "gcs://")):
+        try:
+            from coordinator.backends.gcs import GCSStore
+        except ImportError as exc:
+            raise InvalidOptionError(
+                f"store URL {url!r}: gs:// stores need gcsfs ({exc}); install txnlog[gcs]") from None
+        store = GCSStore(url, opts, **_tuning(opts))  # type: ignore[arg-type]
     else:
-        raise InvalidOptionError(
-            f"store URL scheme of {url!r} is not supported (use a path, file://, s3://, az://, abfss://, memory://)")
+        raise InvalidOptionError(f"store URL scheme of {url!r} is not supported (use a path, file://, s3://, az://, "
+                                 "abfss://, gs://, memory://)")
     del probe  # accepted for compatibility; see above
     return store
 
@@ -97,8 +107,9 @@ def hadoop_url(url: str) -> str:
     ``s3a://`` URLs, ``file:///abs/path`` for plain paths and ``file:`` URLs (see :func:`local_path`).
 
     Raises:
-        HadoopUnreachable: an in-memory store, an Azure store (not yet through hadoop-azure), another scheme, or a
-            path holding characters Spark reads as a glob pattern or a path list (``*?[]{}\\,``).
+        HadoopUnreachable: an in-memory store, an Azure or ``gs://`` store (not yet through hadoop-azure or the
+            GCS connector), another scheme, or a path holding characters Spark reads as a glob pattern or a path list
+            (``*?[]{}\\,``).
         InvalidOptionError: a ``file:`` URL that is not a local absolute path.
     """
     url = url.strip()
@@ -112,6 +123,11 @@ def hadoop_url(url: str) -> str:
         raise HadoopUnreachable(
             "Spark's own file system for Azure stores (hadoop-azure's abfss://) is not set up by txnlog yet: "
             "the Python data source reads and writes them")
+    if url.startswith(("gs://", "gcs://")):
+        # The GCS connector would need the gcs.* options as fs.gs.* settings; without them it could reach another
+        # endpoint than the store's, so the native paths stay off and the Python data source serves gs:// stores.
+        raise HadoopUnreachable("Spark's native paths do not reach gs:// stores (the GCS connector is not given "
+                                "the gcs.* options); the Python data source reads and writes them")
     folder = local_path(url)
     if folder is None:
         raise HadoopUnreachable(f"Spark has no file system for {url.split(':', 1)[0]}://")

@@ -129,7 +129,8 @@ def cli_store_flags(url: str, options: dict[str, str]) -> list[str]:
     for key, flag in (("s3.endpoint", "--s3-endpoint"), ("s3.region", "--s3-region"), ("s3.key", "--s3-key"),
                       ("s3.secret", "--s3-secret"), ("azure.account", "--azure-account"),
                       ("azure.endpoint", "--azure-endpoint"), ("azure.key", "--azure-key"),
-                      ("azure.sasToken", "--azure-sas-token")):
+                      ("azure.sasToken", "--azure-sas-token"), ("gcs.endpoint", "--gcs-endpoint"),
+                      ("gcs.project", "--gcs-project"), ("gcs.token", "--gcs-token")):
         if options.get(key):
             flags += [flag, options[key]]
     return flags

@@ -13,9 +13,10 @@ txnlog coordinator run --interval 5
 Every command takes ``--json`` for scripts, and the store options ``--store`` (or ``TXNLOG_STORE``),
 ``--config FILE`` (TOML), ``--s3-endpoint``, ``--s3-region``, ``--s3-key``/``--s3-secret`` (otherwise the standard
 AWS credential chain), ``--azure-account``, ``--azure-endpoint``, ``--azure-key``/``--azure-sas-token`` (otherwise
-adlfs's chain: ``AZURE_STORAGE_*`` variables, azure-identity), before or after the command name. Exit codes: 0 ok,
-1 problems found / not ok, 2 usage or invalid option, 3 not found, 4 store error, 5 no txnlog store at the URL.
-Read-only commands never write to the store nor create it. This package never imports pyspark.
+adlfs's chain: ``AZURE_STORAGE_*`` variables, azure-identity), ``--gcs-endpoint``, ``--gcs-project``, ``--gcs-token``
+(otherwise Google's chain), before or after the command name. Exit codes: 0 ok, 1 problems found / not ok, 2 usage
+or invalid option, 3 not found, 4 store error, 5 no txnlog store at the URL. Read-only commands never write to the
+store nor create it. This package never imports pyspark.
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    gcs_token = getattr(args, "gcs_token", None)
     secrets = (getattr(args, "s3_key", None), getattr(args, "s3_secret", None), getattr(args, "azure_key", None),
-               getattr(args, "azure_sas_token", None))
+               getattr(args, "azure_sas_token", None), None if gcs_token == "anon" else gcs_token)
     try:
         settings = load_settings(config=getattr(args, "config", None), flags={
             "store_url": getattr(args, "store", None),
@@ -55,6 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "azure_endpoint": getattr(args, "azure_endpoint", None),
             "azure_key": secrets[2],
             "azure_sas_token": secrets[3],
+            "gcs_endpoint": getattr(args, "gcs_endpoint", None),
+            "gcs_project": getattr(args, "gcs_project", None),
+            "gcs_token": gcs_token,
         })
         out = Output(sys.stdout, sys.stderr, json_mode=bool(getattr(args, "json", False)),
                      progress=getattr(args, "progress", None))

@@ -3,9 +3,9 @@
 Precedence, strongest first: flags, environment (``TXNLOG_STORE``, ``TXNLOG_CONFIG``), the config file, the
 built-in defaults (mirrored, with comments, in ``conf/txnlog.defaults.toml``). An invalid value is reported under
 the name the user wrote it with (``[transactions] timeout_ms in FILE``, ``--s3-region``, ``$TXNLOG_STORE``).
-Store credentials come only from ``--s3-key``/``--s3-secret`` (``--azure-key``/``--azure-sas-token``) or the
-standard AWS (Azure) chain; a config file holding
-credentials is refused, and credentials are never echoed back in any message.
+Store credentials come only from ``--s3-key``/``--s3-secret`` (``--azure-key``/``--azure-sas-token``,
+``--gcs-token``) or the standard AWS (Azure, Google) chain; a config file holding credentials is refused, and
+credentials are never echoed back in any message.
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ CONFIG_KEYS: dict[tuple[str, str], str] = {
     ("s3", "region"): "s3_region",
     ("azure", "account"): "azure_account",
     ("azure", "endpoint"): "azure_endpoint",
+    ("gcs", "endpoint"): "gcs_endpoint",
+    ("gcs", "project"): "gcs_project",
     ("transactions", "timeout_ms"): "transaction_timeout_ms",
     ("transactions", "transactional_id_expiration_ms"): "transactional_id_expiration_ms",
     ("segments", "format"): "segment_format",
@@ -58,7 +60,8 @@ CONFIG_KEYS: dict[tuple[str, str], str] = {
 #: Settings attribute -> the flag that sets it (for messages).
 FLAG_NAMES = {"store_url": "--store", "s3_endpoint": "--s3-endpoint", "s3_region": "--s3-region",
               "s3_key": "--s3-key", "s3_secret": "--s3-secret", "azure_account": "--azure-account",
-              "azure_endpoint": "--azure-endpoint", "azure_key": "--azure-key", "azure_sas_token": "--azure-sas-token"}
+              "azure_endpoint": "--azure-endpoint", "azure_key": "--azure-key", "azure_sas_token": "--azure-sas-token",
+              "gcs_endpoint": "--gcs-endpoint", "gcs_project": "--gcs-project", "gcs_token": "--gcs-token"}
 CREDENTIAL_KEYS = frozenset({"key", "secret", "token", "access_key", "secret_key", "session_token",
                              "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "password",
                              "sastoken", "sas_token", "account_key", "connection_string"})
@@ -82,6 +85,9 @@ class Settings:
     azure_endpoint: str | None = None
     azure_key: str | None = field(default=None, repr=False)
     azure_sas_token: str | None = field(default=None, repr=False)
+    gcs_endpoint: str | None = None
+    gcs_project: str | None = None
+    gcs_token: str | None = field(default=None, repr=False)
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
     transactional_id_expiration_ms: int = DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS
     segment_format: str = "parquet"
@@ -92,7 +98,7 @@ class Settings:
     origins: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def secrets(self) -> tuple[str | None, ...]:
-        return (self.s3_key, self.s3_secret, self.azure_key, self.azure_sas_token)
+        return (self.s3_key, self.s3_secret, self.azure_key, self.azure_sas_token, self.gcs_token)
 
     def store_options(self) -> StoreOptions:
         """The store access options (credentials only when given as flags; otherwise the AWS or Azure chain
@@ -100,7 +106,8 @@ class Settings:
         return StoreOptions(endpoint=self.s3_endpoint, key=self.s3_key, secret=self.s3_secret, region=self.s3_region,
                             max_attempts=self.retry_attempts, time_budget=self.retry_time_budget_s,
                             azure_account=self.azure_account, azure_endpoint=self.azure_endpoint,
-                            azure_key=self.azure_key, azure_sas_token=self.azure_sas_token)
+                            azure_key=self.azure_key, azure_sas_token=self.azure_sas_token,
+                            gcs_endpoint=self.gcs_endpoint, gcs_project=self.gcs_project, gcs_token=self.gcs_token)
 
     def open(self, *, write: bool = False, create: bool = False) -> Store:
         """Open the store. Unless ``create``, refuse a URL that holds no txnlog store, writing nothing (read-only
@@ -134,7 +141,7 @@ class Settings:
 
     def public(self) -> dict[str, Any]:
         """The settings as a dict, credentials replaced by whether they are set."""
-        hidden = ("s3_key", "s3_secret", "azure_key", "azure_sas_token", "origins")
+        hidden = ("s3_key", "s3_secret", "azure_key", "azure_sas_token", "gcs_token", "origins")
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in hidden}
         d["s3_credentials"] = "flags" if self.s3_key or self.s3_secret else "aws-chain"
         d["azure_credentials"] = "flags" if self.azure_key or self.azure_sas_token else "azure-chain"
@@ -239,7 +246,8 @@ def _check(settings: Settings) -> Settings:
     if settings.segment_format not in FORMATS:
         raise InvalidOptionError(f"{_name('segment_format', origins)} {settings.segment_format!r} is not one of "
                                  f"{FORMATS}")
-    for attr in ("store_url", "s3_endpoint", "s3_region", "azure_account", "azure_endpoint"):
+    for attr in ("store_url", "s3_endpoint", "s3_region", "azure_account", "azure_endpoint", "gcs_endpoint",
+                 "gcs_project"):
         val = getattr(settings, attr)
         if val is not None and not isinstance(val, str):
             raise InvalidOptionError(f"{_name(attr, origins)} must be a string, got {val!r}")

@@ -99,7 +99,8 @@ def _common(suppress: bool) -> OneLineParser:
     p = OneLineParser(add_help=False)
     g = p.add_argument_group("store and output")
     g.add_argument("--store", metavar="URL", default=d,
-                   help=f"store root: a folder, file:///path, s3://bucket/prefix, az://container/prefix "
+                   help=f"store root: a folder, file:///path, s3://bucket/prefix, az://container/prefix, "
+                        f"gs://bucket/prefix "
                         f"(default ${ENV_STORE})")
     g.add_argument("--config", metavar="FILE", default=d, help=f"TOML settings file (default ${ENV_CONFIG})")
     g.add_argument("--s3-endpoint", metavar="URL", default=d, help="S3-compatible endpoint URL")
@@ -112,6 +113,10 @@ def _common(suppress: bool) -> OneLineParser:
                    help="Azure Blob service URL (default https://ACCOUNT.blob.core.windows.net)")
     g.add_argument("--azure-key", metavar="KEY", default=d, help="Azure account key (default: the Azure chain)")
     g.add_argument("--azure-sas-token", metavar="SAS", default=d, help="Azure SAS token (default: the Azure chain)")
+    g.add_argument("--gcs-endpoint", metavar="URL", default=d, help="GCS endpoint URL (leave out for Google's)")
+    g.add_argument("--gcs-project", metavar="PROJECT", default=d, help="GCS project")
+    g.add_argument("--gcs-token", metavar="FILE", default=d,
+                   help="GCS credentials file, or anon (default: Google's credential chain)")
     g.add_argument("--json", action="store_true", default=argparse.SUPPRESS if suppress else False,
                    help="machine-readable JSON on stdout (JSON Lines for dump and the daemon)")
     g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=d,
