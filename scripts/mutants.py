@@ -210,6 +210,13 @@ MUTANTS: tuple[Mutant, ...] = (
          f"{_NO_LOSS}::test_commit_past_its_commit_point_is_never_reported_failed_when_its_records_cannot_be_written"),
         "G5: a commit is acknowledged while its log entry is its only copy (one damaged entry takes it away)"),
     Mutant(
+        "replay-acks-before-second-copy", "coordinator/coordinator.py",
+        "            self._secure_earlier(req)",
+        "            pass",
+        ("tests/test_damage.py::test_a_replay_answered_already_committed_first_secures_the_records_of_the_commit_it_"
+         "acknowledges",),
+        "G5: a replay answered already committed acknowledges a commit whose log entry is its only copy"),
+    Mutant(
         "sink-commit-deletes-on-fenced", "txnsink/batch.py",
         "result = coord.commit(self.ident, self.txn, segs, app=app, end_producer=self.ephemeral)",
         "result = coord.commit(self.ident, self.txn, segs, app=app, end_producer=self.ephemeral) if "

@@ -509,6 +509,33 @@ def test_a_commit_is_acknowledged_only_once_its_partition_records_hold_a_second_
     assert read(backend) == want
 
 
+def test_a_replay_answered_already_committed_first_secures_the_records_of_the_commit_it_acknowledges(
+        backend: Backend) -> None:
+    """A streaming driver died between its micro-batch's commit point and the partition records; restarted, it
+    replays the batch and is answered "already committed", which acknowledges the first attempt's commit: that
+    answer, too, waits for the records, so the commit survives its entry's damage."""
+    import pyarrow as pa
+
+    from coordinator.segments import stage_segment
+
+    make_topic(backend.open(), partitions=2)
+    store = RefusesRecords(backend.open())
+    rows_a = pa.Table.from_pylist(rows([1, 2], "q"))
+    segs = [stage_segment(store, "t", part, rows_a, f"a.q1.7.first~{part}") for part in (0, 1)]
+    store.failing = True
+    with pytest.raises(CommitStateUnknownError, match="partition records could not be written"):
+        TransactionCoordinator(store).commit_app("q1", 7, "first", segs)
+    store.failing = False
+    replay = stage_segment(store, "t", 0, rows_a, "a.q1.7.replay~0")
+    assert TransactionCoordinator(backend.open()).commit_app("q1", 7, "replay", [replay]).already_committed
+    assert all(backend.open().exists(marker_path("t", part, 0)) for part in (0, 1))
+    want = read(backend)
+    assert len(want) == 4
+    flip(backend.open(), txn_log_path(fresh_state(backend).seq))
+    TransactionCoordinator(backend.open()).repair_log(execute=True)
+    assert read(backend) == want
+
+
 def test_a_commit_waiting_as_an_intent_when_the_log_turns_out_damaged_is_unknown_not_failed(
         backend: Backend) -> None:
     """G7: a request published as an intent may be decided once the log is repaired, so the damage it meets while

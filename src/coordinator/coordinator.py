@@ -317,8 +317,25 @@ class TransactionCoordinator:
                 self.log.secure_records(out.seq, set(offsets))
             return CommitResult(req.txn, out.seq, offsets)
         if out.status == "already_committed":
+            self._secure_earlier(req)
             return CommitResult(req.txn, out.seq, {}, already_committed=True)
         raise _error(req, out)
+
+    def _secure_earlier(self, req: TxnRequest) -> None:
+        """A replay answered "already committed" acknowledges the attempt that committed the version: make sure
+        that commit's partition records exist too (its writer may have died between its commit point and them).
+
+        Raises:
+            CommitStateUnknownError: its records could not be written.
+        """
+        meta = self.log.state.apps.get(req.app) if req.app is not None else None
+        if meta is None or meta.txn is None or meta.version != req.version:
+            return
+        seen = self.log.decision("c-" + meta.txn)
+        if seen is not None and isinstance(seen[0], CommitItem):
+            parts = {(p.topic, p.partition) for p in seen[0].parts if p.rows}
+            if parts:
+                self.log.secure_records(seen[1], parts)
 
     def abort(self, ident: ProducerIdentity, txn: str, *, reason: str = "aborted by producer",
               end_producer: bool = False, staged: Iterable[SegmentRef] = (),

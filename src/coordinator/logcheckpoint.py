@@ -125,7 +125,8 @@ class LogCheckpoints:
             if decided:
                 parallel.background(functools.partial(self._delete_quietly, [intent_path(r) for r in decided]))
         except (TxnLogError, OSError) as exc:
-            log.warning("after committing entry %d: %s (derived data only; readers compute it)", entry.seq, exc)
+            log.warning("after committing entry %d: %s (readers compute the records; its commits are answered once "
+                        "they are written)", entry.seq, exc)
         if self._checkpoint_due(entry.seq):
             self._checkpoint_quietly(entry.seq)
 
