@@ -217,6 +217,21 @@ MUTANTS: tuple[Mutant, ...] = (
          "acknowledges",),
         "G5: a replay answered already committed acknowledges a commit whose log entry is its only copy"),
     Mutant(
+        "rebuild-ignores-later-bases", "coordinator/logrebuild.py",
+        "                   known_end := _later_base(later, tp)) is None else known_end",
+        "                   known_end := None) is None else known_end",
+        ("tests/test_damage.py::test_repair_log_finds_a_commit_no_record_names_from_its_staged_files_and_the_"
+         "entries_after_it",),
+        "G8: an entry whose records are missing, with later entries whose records are missing too, is not rebuilt"),
+    Mutant(
+        "rebuild-finds-no-unrecorded-commit", "coordinator/logrebuild.py",
+        "        order += _unrecorded_commit(before, staged, sorted(lacking), {k[1] for k in order if k[0] == \"c\"}, "
+        "notes)",
+        "        order += []",
+        ("tests/test_damage.py::test_repair_log_finds_a_commit_no_record_names_from_its_staged_files_and_the_"
+         "entries_after_it",),
+        "G8: a commit no record names stops every reader though its staged files and the later entries hold it"),
+    Mutant(
         "sink-commit-deletes-on-fenced", "txnsink/batch.py",
         "result = coord.commit(self.ident, self.txn, segs, app=app, end_producer=self.ephemeral)",
         "result = coord.commit(self.ident, self.txn, segs, app=app, end_producer=self.ephemeral) if "

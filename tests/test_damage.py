@@ -355,6 +355,32 @@ def test_repair_log_completes_a_missing_record_the_entries_after_it_continue_fro
     assert list(ti.verify(backend.open())) == []
 
 
+@pytest.mark.parametrize("later_records", ["written", "missing"])
+def test_repair_log_finds_a_commit_no_record_names_from_its_staged_files_and_the_entries_after_it(
+        backend: Backend, later_records: str) -> None:
+    """Its writer died before writing any of the commit's records, and entries after the damaged one continue both
+    partitions (their own records written or not: the entries say where they start): the one staged transaction
+    that is its producer's next fills exactly the offsets those entries leave, so the entry is rebuilt with it."""
+    make_topic(backend.open(), partitions=2)
+    p = producer(backend, "p")
+    commit(p, [1, 2], partitions=(0, 1))
+    seq = fresh_state(backend).seq + 1
+    commit(p, [3, 4, 5, 6], partitions=(0, 1))  # entry seq: 3, 5 in partition 0; 4, 6 in partition 1
+    commit(producer(backend, "q"), [7, 8], partitions=(0, 1))  # the entries after it continue both partitions
+    want = read(backend)
+    store = backend.open()
+    for part in (0, 1):
+        store.delete(marker_path("t", part, 1))  # entry seq's records: never written
+        if later_records == "missing":
+            store.delete(marker_path("t", part, 2))
+    flip(store, txn_log_path(seq))
+    [obj] = TransactionCoordinator(backend.open()).repair_log(execute=True).objects
+    assert obj.action == "rebuild", obj.why
+    assert any("no partition record of it survived" in line for line in obj.assumed)
+    assert read(backend) == want
+    assert list(ti.verify(backend.open())) == []
+
+
 def test_repair_log_refuses_staged_files_that_do_not_end_where_the_next_record_starts(backend: Backend) -> None:
     """The same, with one more staged file of the commit in that partition than it published (as a stray file
     would be): the completion would not end where the next record starts, so the entry is not rebuilt from it."""

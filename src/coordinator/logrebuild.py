@@ -122,6 +122,8 @@ def rebuild_entry(store: Store, seq: int, before: CoordinatorState, *, later: Se
     touched_later = {(t, p) for e in later for t, p, _idx in e.touched}
     staged = StagedCopies(store, [tp for tp in sorted(set(partitions) | set(before.partitions))
                                   if tp not in found and tp not in touched_later] + sorted(lacking))
+    if lacking:
+        order += _unrecorded_commit(before, staged, sorted(lacking), {k[1] for k in order if k[0] == "c"}, notes)
     for key in order:
         for item in _decided(store, seq, key, found, scratch, ts, intents, later, notes, offsets_unknown, staged):
             scratch.apply_item(item, ts)
@@ -231,13 +233,46 @@ def _records_of_entry(store: Store, seq: int, before: CoordinatorState, later: S
             what = "missing" if rec is None else f"damaged too ({rec})"
             problem = (f"partition record {path}, which entry {seq} wrote (the entries after it continue at record "
                        f"{first_later}), is {what}: the commits of entry {seq} there have no copy")
-            end = _next_base(store, tp, first_later) if rec is None else None
+            end = (_next_base(store, tp, first_later) if rec is None else None) if (
+                   known_end := _later_base(later, tp)) is None else known_end
             if end is None:
                 return problem
             lacking[tp] = (problem, end)
         elif rec is not None and first_later != idx:
             return f"partition record {path} is damaged too ({rec}): whether entry {seq} wrote it cannot be told"
     return found, lacking
+
+
+def _unrecorded_commit(before: CoordinatorState, staged: StagedCopies, lacking: Sequence[tuple[str, int]],
+                       named: set[str], notes: _Notes) -> list[_Key]:
+    """A commit no surviving record names, in partitions whose record of the entry is missing while later entries
+    continue them: the one Python producer transaction staged there that is its producer's next at its current
+    epoch (none, or several: nothing is guessed). Its rows must then fill exactly the offsets the later entries
+    leave for the entry there (checked by the caller), else the entry is not rebuilt."""
+    found = []
+    for txn in sorted(staged.txns_in(lacking) - named):
+        ref = parse_txn_id(txn)
+        meta = before.producer_by_pid(ref.pid) if ref is not None and ref.kind == "p" else None
+        if ref is not None and meta is not None and meta.epoch == ref.epoch and ref.n == meta.last_txn + 1:
+            found.append(txn)
+    if len(found) != 1:
+        return []
+    notes.assumed.append(f"commit {found[0]}: no partition record of it survived; taken from its staged segment "
+                         "files, whose rows fill exactly the offsets the entries after this one leave for it")
+    return [("c", found[0], -1, -1)]
+
+
+def _later_base(later: Sequence[LogEntry], tp: tuple[str, int]) -> int | None:
+    """The offset partition ``tp`` ended at before the first of the readable entries ``later`` that touched it,
+    when that entry's first decision there is a commit (its base); None otherwise."""
+    for e in later:
+        for item in e.items:
+            if tp not in item_partitions(item):
+                continue
+            if isinstance(item, CommitItem):
+                return next((a.base for a in item.parts if (a.topic, a.partition) == tp), None)
+            return None
+    return None
 
 
 def _next_base(store: Store, tp: tuple[str, int], idx: int) -> int | None:

@@ -56,6 +56,11 @@ class StagedCopies:
                 out[tp] = [f"{data_dir(*tp)}/{n}" for n in mine]
         return out
 
+    def txns_in(self, partitions: Sequence[tuple[str, int]]) -> set[str]:
+        """The transactions with sequence-numbered staged files in ``partitions`` (a subset of the unrecorded)."""
+        names = self._listed()
+        return {m.group("txn") for tp in partitions for n in names.get(tp, ()) if (m := _SEQ_NAME.match(n))}
+
     def parts_of(self, txn: str, state: CoordinatorState) -> list[PartAssign]:
         """``txn``'s parts in the unrecorded partitions, at each partition's end in ``state``.
 
