@@ -10,6 +10,7 @@ Usage (from anywhere; the project's virtual environment's python):
     python scripts/mutants.py            # the guarding tests once unmutated, then every mutant
     python scripts/mutants.py --list     # the mutants, their files and guarding tests
     python scripts/mutants.py --only NAME [--only NAME ...]
+    python scripts/mutants.py --jobs 1   # one mutant at a time (default: as many as cores, at most 4)
 
 Exit status: 0 when every mutant selected was killed; 1 when one survived, no longer applies (its original text is
 not found exactly once: the list has rotted and must follow the code), or its tests could not run (a test id that
@@ -451,6 +452,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-baseline", action="store_true",
                         help="skip running the guarding tests on the unmutated code first")
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per mutant (default %(default)s)")
+    parser.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1),
+                        help="mutants judged at once, each in its own copy and test process (default %(default)s)")
     args = parser.parse_args(argv)
     names = [m.name for m in MUTANTS]
     if len(set(names)) != len(names):
@@ -481,13 +484,15 @@ def main(argv: list[str] | None = None) -> int:
         if failed is not None:
             print(f"baseline: {failed}", file=sys.stderr)
             return 1
+    from concurrent.futures import ThreadPoolExecutor
+
     results = []
-    for m in chosen:
-        r = judge(m, args.timeout)
-        print(f"{r.status:<8} {m.name} ({r.seconds:.1f} s)", flush=True)
-        if r.status != "KILLED" and r.output:
-            print(_tail(r.output), flush=True)
-        results.append(r)
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        for r in pool.map(lambda m: judge(m, args.timeout), chosen):
+            print(f"{r.status:<8} {r.mutant.name} ({r.seconds:.1f} s)", flush=True)
+            if r.status != "KILLED" and r.output:
+                print(_tail(r.output), flush=True)
+            results.append(r)
     print()
     print_table(results)
     bad = [r for r in results if r.status != "KILLED"]
