@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from coordinator import parallel
@@ -51,6 +52,7 @@ class LogProof:
         _jumped_at: int
         _jumped_token: str | None
         _waited: OrderedDict[str, int]
+        _read_ahead: Callable[[list[LogEntry]], list[Callable[[], object]]] | None
 
         def _read_entry(self, seq: int) -> LogEntry | CorruptLogError | None: ...
         def _take_decisions(self, entry: LogEntry) -> None: ...
@@ -87,7 +89,19 @@ class LogProof:
         """
         if not self._unproven:
             return True
-        if self._checkpoints_above(self.state.seq):
+        # The caller's read-ahead runs alongside the listing: read-only, and its results are used only once the
+        # entries are proven (see TransactionLog.refresh), so it changes how long a refresh takes, not what it proves.
+        ahead = self._read_ahead(list(self._unproven)) if self._read_ahead is not None else []
+        waits = [parallel.start(job) for job in ahead]
+        try:
+            above = self._checkpoints_above(self.state.seq)
+        finally:
+            for wait in waits:
+                try:
+                    wait()
+                except Exception as exc:  # noqa: BLE001 - a read ahead that failed is only not read ahead
+                    log.debug("read-ahead failed: %s", exc)
+        if above:
             return False
         for entry in self._unproven:
             mine = self._suspects.pop(entry.seq, None)
