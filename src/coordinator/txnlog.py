@@ -294,15 +294,24 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof, LogDamage):
                                           "cannot be proven to be the log's")
                 jumped, rounds = True, 0
             after = seq_name(self.state.seq) if self.state.seq >= 0 else None
-            seqs = [q for n in self.store.list(TXN_LOG, start_after=after, limit=self.jump + 1)
-                    if (q := parse_seq(n)) is not None]
+            # Entries to prove: their proof starts with this listing (it is made after they were read), so that
+            # when nothing more is listed they are proven at once; when more is, it was only one request too many.
+            early = self._start_proof() if self._unproven else None
+            try:
+                seqs = [q for n in self.store.list(TXN_LOG, start_after=after, limit=self.jump + 1)
+                        if (q := parse_seq(n)) is not None]
+            except BaseException:
+                self._drop_proof(early)
+                raise
             if not seqs:
                 if not (checked or jumped) and self._jump_to_last():
+                    self._drop_proof(early)
                     jumped = True
                     continue
-                if self._prove():
+                if self._prove_started(early):
                     return
                 continue
+            self._drop_proof(early)
             # entries that do not follow on are below a checkpoint (left by an interrupted truncation)
             dense = next((i for i, (a, b) in enumerate(itertools.pairwise(seqs), 1) if b != a + 1), len(seqs))
             broken = seqs[0] != self.state.seq + 1 or dense < len(seqs)
