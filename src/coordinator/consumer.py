@@ -13,9 +13,12 @@ with Consumer("file:///data/lake", group_id="etl") as consumer:
 ``read_uncommitted`` also returns, once each, records staged by open and aborted transactions (null ``_offset``).
 
 ``poll(timeout)`` is confluent-kafka's: it waits up to ``timeout`` seconds for records (0, the default here, returns at
-once; None waits for ever). While it waits it asks the transaction log by name whether a next entry exists (no
-snapshot, no listing), backing off from :data:`POLL_BACKOFF_MIN_S` to :data:`POLL_BACKOFF_MAX_S`, and reads only
-once the log's state shows records at an assigned partition. ``poll(max_records=...)`` shares its budget fairly
+once; None waits for ever). Each look asks the transaction log by name whether a next entry exists (one GET when
+nothing is new), backing off from :data:`POLL_BACKOFF_MIN_S` to :data:`POLL_BACKOFF_MAX_S`, and reads only once the
+log's state shows records at an assigned partition. A look that finds new entries takes a bounded number of serial
+round trips whatever their number (short of the log's jump to a checkpoint): the log's listing and the new entries
+in parallel, then the segments they publish at assigned partitions, read while the log proves the entries (used only
+once proven). Partitions are opened when assigned, in parallel. ``poll(max_records=...)`` shares its budget fairly
 across the assigned partitions that have records.
 
 A position outside a partition's ``[log start, end]`` (a ``seek`` past the end, a committed offset that retention
@@ -399,7 +402,8 @@ class Consumer:
 
         While waiting, each look is one by-name read of the transaction log's next entry, with backoff (see the
         module docstring); a partition is read only once the log shows records past its position (with
-        ``read_uncommitted``, every look reads, since staged records are not in the log).
+        ``read_uncommitted``, every look reads, since staged records are not in the log). The partitions with
+        records are read together: their segments in one parallel round, or while the log proved the entries.
 
         Raises:
             InvalidOptionError: nothing assigned, a bad ``timeout`` or ``max_records``.
@@ -452,13 +456,20 @@ class Consumer:
                             jobs.append(functools.partial(self._fetch_into, seg.path, into))
         return jobs
 
-    def _fetch_into(self, path: str, into: dict[str, bytes]) -> None:
-        """Read segment ``path`` into ``into``; one that cannot be read now is left to the read that needs it (which
-        raises what it finds)."""
+    def _fetch_into(self, path: str, into: dict[str, bytes], *, ahead: bool = True) -> None:
+        """Read segment ``path`` into ``into``. A segment missing is left to the read that needs it (which names
+        it); so is one the store failed to return when reading ahead.
+
+        Raises:
+            StoreError: the store failed (not ``ahead``).
+        """
         try:
             into[path] = self.store.get(path)
-        except (FileNotFoundError, StoreError):
+        except FileNotFoundError:
             pass
+        except StoreError:
+            if not ahead:
+                raise
 
     def _open_partitions(self, tps: list[TopicPartition]) -> dict[TopicPartition, PartitionLog]:
         """The indexes of ``tps``, opened and read up to the log's state, in parallel.
@@ -503,7 +514,7 @@ class Consumer:
             if path not in fetched and size <= budget:
                 budget -= size
                 missing.append(path)
-        parallel.pmap(lambda path: self._fetch_into(path, fetched), missing)
+        parallel.pmap(lambda path: self._fetch_into(path, fetched, ahead=False), missing)
         tables: list[pa.Table] = []
         moved: dict[TopicPartition, int] = {}
         seen: set[str] = set()
