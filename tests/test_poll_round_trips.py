@@ -20,7 +20,7 @@ from coordinator.store import ObjectInfo, Store
 
 SCHEMA = pa.schema([("v", pa.int64())])
 PARTITIONS = 16
-LATENCY_S = 0.03
+LATENCY_S = 0.05
 
 
 class TracingStore(Store):
