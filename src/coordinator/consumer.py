@@ -13,9 +13,12 @@ with Consumer("file:///data/lake", group_id="etl") as consumer:
 ``read_uncommitted`` also returns, once each, records staged by open and aborted transactions (null ``_offset``).
 
 ``poll(timeout)`` is confluent-kafka's: it waits up to ``timeout`` seconds for records (0, the default here, returns at
-once; None waits for ever). While it waits it asks the transaction log by name whether a next entry exists (no
-snapshot, no listing), backing off from :data:`POLL_BACKOFF_MIN_S` to :data:`POLL_BACKOFF_MAX_S`, and reads only
-once the log's state shows records at an assigned partition. ``poll(max_records=...)`` shares its budget fairly
+once; None waits for ever). Each look asks the transaction log by name whether a next entry exists (one GET when
+nothing is new), backing off from :data:`POLL_BACKOFF_MIN_S` to :data:`POLL_BACKOFF_MAX_S`, and reads only once the
+log's state shows records at an assigned partition. A look that finds new entries takes a bounded number of serial
+round trips whatever their number (short of the log's jump to a checkpoint): the log's listing and the new entries
+in parallel, then the segments they publish at assigned partitions, read while the log proves the entries (used only
+once proven). Partitions are opened when assigned, in parallel. ``poll(max_records=...)`` shares its budget fairly
 across the assigned partitions that have records.
 
 A position outside a partition's ``[log start, end]`` (a ``seek`` past the end, a committed offset that retention
@@ -27,17 +30,28 @@ default) raises first.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any
 
 import pyarrow as pa
 
+from coordinator import parallel
 from coordinator.clientconf import CONSUMER_KEYS, from_config
 from coordinator.coordinator import Snapshot, TransactionCoordinator
-from coordinator.errors import ClientClosedError, InvalidOptionError, OffsetOutOfRangeError, TopicNotFoundError
+from coordinator.errors import (
+    ClientClosedError,
+    CorruptLogError,
+    InvalidOptionError,
+    OffsetOutOfRangeError,
+    StoreError,
+    TopicNotFoundError,
+)
 from coordinator.layout import check_name
+from coordinator.partition import PartitionLog
+from coordinator.partrecords import CommitOp, records_of
 from coordinator.reader import (
     READ_UNCOMMITTED,
     check_isolation,
@@ -46,6 +60,7 @@ from coordinator.reader import (
     read_uncommitted,
     uncommitted_paths,
 )
+from coordinator.records import LogEntry
 from coordinator.store import Store, StoreOptions
 from coordinator.store_factory import open_store
 from coordinator.topics import get_topic
@@ -57,6 +72,8 @@ AUTO_OFFSET_RESETS = ("earliest", "latest", "error")
 #: First and longest sleep between two "anything new?" looks of a waiting ``poll``.
 POLL_BACKOFF_MIN_S = 0.02
 POLL_BACKOFF_MAX_S = 1.0
+#: Segment bytes one poll reads ahead, and in one parallel round, at most (the rest are read as they are decoded).
+READ_AHEAD_BYTES = 64 * 1024 * 1024
 
 
 def fair_shares(available: Mapping[TopicPartition, int], budget: int, first: int = 0) -> dict[TopicPartition, int]:
@@ -246,6 +263,11 @@ class Consumer:
                 pm = self.coordinator.log.refresh().partition(topic, p)
                 pos = pm.start if self.auto_offset_reset == "earliest" else pm.end
             self._positions[(topic, p)] = pos
+        try:
+            # opened now, in parallel, so that a poll reads only what is new; a poll reports what fails here
+            self._open_partitions(sorted(self._positions))
+        except (CorruptLogError, StoreError):
+            pass
 
     def assignment(self) -> list[TopicPartition]:
         return sorted(self._positions)
@@ -380,7 +402,8 @@ class Consumer:
 
         While waiting, each look is one by-name read of the transaction log's next entry, with backoff (see the
         module docstring); a partition is read only once the log shows records past its position (with
-        ``read_uncommitted``, every look reads, since staged records are not in the log).
+        ``read_uncommitted``, every look reads, since staged records are not in the log). The partitions with
+        records are read together: their segments in one parallel round, or while the log proved the entries.
 
         Raises:
             InvalidOptionError: nothing assigned, a bad ``timeout`` or ``max_records``.
@@ -403,35 +426,95 @@ class Consumer:
         backoff = POLL_BACKOFF_MIN_S
         while True:
             table = self._poll_once(limit)
-            if table.num_rows or (deadline is not None and time.monotonic() >= deadline):
+            if table.num_rows:
                 return table
-            while True:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return table
-                time.sleep(backoff if left is None else min(backoff, left))
-                backoff = min(2 * backoff, POLL_BACKOFF_MAX_S)
-                if self.isolation_level == READ_UNCOMMITTED or self._anything_new():
-                    break
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return table
+            time.sleep(backoff if left is None else min(backoff, left))
+            backoff = min(2 * backoff, POLL_BACKOFF_MAX_S)
 
-    def _anything_new(self) -> bool:
-        """Whether the log's state (read by name: no listing when nothing is new) shows a partition whose end is
-        not this consumer's position (records to read, or a position to reset)."""
-        st = self.coordinator.log.refresh()
-        return any(st.partition(t, p).end != pos for (t, p), pos in self._positions.items())
+    def _read_ahead(self, entries: list[LogEntry], into: dict[str, bytes]) -> list[Callable[[], object]]:
+        """Reads of the segments that ``entries`` publish past this consumer's positions, into ``into`` (at most
+        :data:`READ_AHEAD_BYTES`): the log runs them while it proves the entries, and the poll uses them only for
+        the records the proven log names (see :meth:`TransactionLog.refresh`)."""
+        jobs: list[Callable[[], object]] = []
+        budget = READ_AHEAD_BYTES - sum(len(b) for b in into.values())
+        for entry in entries:
+            for tp, rec in records_of(entry).items():
+                pos = self._positions.get(tp)
+                if pos is None:
+                    continue
+                for op in rec.ops:
+                    if not isinstance(op, CommitOp):
+                        continue
+                    off = op.base
+                    for seg in op.segments:
+                        off += seg.rows
+                        if seg.rows and off > pos and seg.path not in into and seg.size <= budget:
+                            budget -= seg.size
+                            jobs.append(functools.partial(self._fetch_into, seg.path, into))
+        return jobs
+
+    def _fetch_into(self, path: str, into: dict[str, bytes], *, ahead: bool = True) -> None:
+        """Read segment ``path`` into ``into``. A segment missing is left to the read that needs it (which names
+        it); so is one the store failed to return when reading ahead.
+
+        Raises:
+            StoreError: the store failed (not ``ahead``).
+        """
+        try:
+            into[path] = self.store.get(path)
+        except FileNotFoundError:
+            pass
+        except StoreError:
+            if not ahead:
+                raise
+
+    def _open_partitions(self, tps: list[TopicPartition]) -> dict[TopicPartition, PartitionLog]:
+        """The indexes of ``tps``, opened and read up to the log's state, in parallel.
+
+        Raises:
+            CorruptLogError: a partition's records are damaged beyond what the log can recompute.
+        """
+        def one(tp: TopicPartition) -> PartitionLog:
+            plog = self.coordinator.partition(*tp)
+            plog.refresh()
+            return plog
+
+        return dict(zip(tps, parallel.pmap(one, tps), strict=True))
 
     def _poll_once(self, limit: int) -> pa.Table:
+        """One look: the log's new entries (by name when nothing is new), then the records of every partition with
+        some, their segments read in one parallel round (or while the log proved the entries that name them)."""
         topics = sorted({t for t, _ in self._positions})
         if not topics:
             raise InvalidOptionError("no partitions assigned; call subscribe() or assign()")
-        snap = self.coordinator.snapshot(topics, partitions=self._by_topic())
+        fetched: dict[str, bytes] = {}
+        st = self.coordinator.log.refresh(read_ahead=lambda entries: self._read_ahead(entries, fetched))
         available: dict[TopicPartition, int] = {}
         for tp in sorted(self._positions):
             topic, p = tp
-            end = snap.ends[topic][p]
-            self._positions[tp] = pos = self._in_range(topic, p, self._positions[tp], snap.starts[topic][p], end)
+            pm = st.partition(topic, p)
+            end = pm.end
+            self._positions[tp] = pos = self._in_range(topic, p, self._positions[tp], pm.start, end)
             available[tp] = end - pos
         shares = fair_shares(available, limit, self._turn)
+        reading = [tp for tp in sorted(self._positions) if shares[tp] > 0]
+        uncommitted = sorted(self._positions) if self.isolation_level == READ_UNCOMMITTED else []
+        plogs = self._open_partitions(sorted(set(reading) | set(uncommitted)))
+        wanted: dict[str, int] = {}
+        for tp in reading:
+            pos = self._positions[tp]
+            for sl in plogs[tp].slices(pos, pos + shares[tp]):
+                wanted[sl.segment.path] = sl.segment.size
+        budget = READ_AHEAD_BYTES - sum(len(b) for b in fetched.values())
+        missing = []
+        for path, size in wanted.items():
+            if path not in fetched and size <= budget:
+                budget -= size
+                missing.append(path)
+        parallel.pmap(lambda path: self._fetch_into(path, fetched, ahead=False), missing)
         tables: list[pa.Table] = []
         moved: dict[TopicPartition, int] = {}
         seen: set[str] = set()
@@ -441,15 +524,12 @@ class Consumer:
             topic, p = tp
             pos, n = self._positions[tp], shares[tp]
             if n > 0:
-                plog = self.coordinator.partition(topic, p)
-                plog.refresh()
-                batches = list(read_range(self.store, plog, pos, pos + n, self._schemas[topic]))
+                batches = list(read_range(self.store, plogs[tp], pos, pos + n, self._schemas[topic], fetched=fetched))
                 if batches:
                     tables.append(pa.Table.from_batches(batches, schema=self._schemas[topic]))
                 moved[tp] = pos + n
             if self.isolation_level == READ_UNCOMMITTED:
-                plog = self.coordinator.partition(topic, p)
-                plog.refresh()
+                plog = plogs[tp]
                 new = [x for x in uncommitted_paths(self.store, plog) if x not in self._seen_uncommitted]
                 seen.update(new)
                 batches = list(read_uncommitted(self.store, plog, self._schemas[topic], new))

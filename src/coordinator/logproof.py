@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from coordinator import parallel
@@ -51,6 +52,7 @@ class LogProof:
         _jumped_at: int
         _jumped_token: str | None
         _waited: OrderedDict[str, int]
+        _read_ahead: Callable[[list[LogEntry]], list[Callable[[], object]]] | None
 
         def _read_entry(self, seq: int) -> LogEntry | CorruptLogError | None: ...
         def _take_decisions(self, entry: LogEntry) -> None: ...
@@ -76,6 +78,43 @@ class LogProof:
         return sorted(q for n in self.store.list(TXN_CHECKPOINT, start_after=seq_name(seq))
                       if (q := parse_seq(n)) is not None)
 
+    def _start_proof(self) -> Callable[[], tuple[int, list[int]]]:
+        """Start proving the entries applied since the view was last proven: the listing of the checkpoints above the
+        view, and the caller's read-ahead (see :meth:`~coordinator.txnlog.TransactionLog.refresh`) alongside it.
+        Every entry of the view was read before this call, so the listing is one made after they were read,
+        whenever its answer is used. Returns a function that waits for both and gives (the view's seq when started,
+        the checkpoints above it); a read ahead that failed is only not read ahead.
+
+        Raises (from the returned function):
+            StoreError: the listing failed.
+        """
+        seq = self.state.seq
+        ahead = self._read_ahead(list(self._unproven)) if self._read_ahead is not None else []
+        waits = [parallel.start(job) for job in ahead]
+        listing = parallel.start(lambda: self._checkpoints_above(seq))
+
+        def result() -> tuple[int, list[int]]:
+            try:
+                return seq, listing()
+            finally:
+                for wait in waits:
+                    try:
+                        wait()
+                    except Exception as exc:  # noqa: BLE001 - a read ahead that failed is only not read ahead
+                        log.debug("read-ahead failed: %s", exc)
+
+        return result
+
+    @staticmethod
+    def _drop_proof(started: Callable[[], tuple[int, list[int]]] | None) -> None:
+        """Wait for a proof started and not needed (no request is left running behind the caller)."""
+        if started is None:
+            return
+        try:
+            started()
+        except StoreError:
+            pass
+
     def _prove(self) -> bool:
         """Prove the entries applied since the view was last proven (caller holds the lock): after they were read,
         no numbered checkpoint lies above the last of them, so it is the log's, and by their links so is every one
@@ -85,9 +124,21 @@ class LogProof:
         Raises:
             StoreError: the store failed (the entries stay unproven).
         """
+        return self._prove_started(None)
+
+    def _prove_started(self, started: Callable[[], tuple[int, list[int]]] | None) -> bool:
+        """:meth:`_prove`, with the proof :meth:`_start_proof` started (used when the view has not moved since).
+
+        Raises:
+            StoreError: the store failed (the entries stay unproven).
+        """
         if not self._unproven:
+            self._drop_proof(started)
             return True
-        if self._checkpoints_above(self.state.seq):
+        seq, above = (started or self._start_proof())()
+        if seq != self.state.seq:
+            seq, above = self._start_proof()()
+        if above:
             return False
         for entry in self._unproven:
             mine = self._suspects.pop(entry.seq, None)

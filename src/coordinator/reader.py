@@ -12,7 +12,7 @@ in ``read_uncommitted`` mode, with a null ``_offset`` and ``_timestamp``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -122,9 +122,11 @@ def read_slices(
     *,
     columns: Sequence[str] | None = None,
     verify: bool = True,
+    fetched: Mapping[str, bytes] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the records of ``slices`` as batches of ``schema`` (a topic's :func:`output_schema`, or a projection
-    of it to ``columns``). Only the projected data columns, and only the row groups holding each slice's rows,
+    of it to ``columns``); ``fetched`` holds segments already read, by path (used when their size and checksum
+    match the slice's segment). Only the projected data columns, and only the row groups holding each slice's rows,
     are decoded, one row group per batch (or fewer rows), so a consumer works on one batch while the next is
     decoded; metadata columns are computed only when projected.
 
@@ -138,7 +140,8 @@ def read_slices(
         ts = _slice_timestamps(sl) if "_timestamp" in out_schema.names else None
         done = 0
         for table in stream_rows(store, seg.path, sl.skip, sl.rows, data_names, size=seg.size if verify else None,
-                                 crc32=seg.crc32 if verify else None):
+                                 crc32=seg.crc32 if verify else None,
+                                 data=None if fetched is None else fetched.get(seg.path)):
             n = table.num_rows
             yield from _assemble(table, n, out_schema, seg.path, topic, partition, sl.first_offset + done,
                                  None if ts is None else ts.slice(done, n), seg.ptime).to_batches()

@@ -348,11 +348,15 @@ def stream_rows(
     *,
     size: int | None = None,
     crc32: int | None = None,
+    data: bytes | None = None,
 ) -> Iterator[pa.Table]:
     """Read a segment and decode rows ``[skip, skip + rows)`` of ``columns`` one row group at a time (see
-    :func:`iter_rows`).
+    :func:`iter_rows`). ``data``: the segment's bytes already read (used only when they match ``size`` and
+    ``crc32``; the segment is read again otherwise).
 
     Raises:
         CorruptLogError: the file is missing, truncated, damaged, undecodable or too short.
     """
-    return iter_rows(_get(store, path), path, skip, rows, columns, size=size, crc32=crc32)
+    if data is None or size is None or crc32 is None or len(data) != size or zlib.crc32(data) != crc32:
+        data = _get(store, path)
+    return iter_rows(data, path, skip, rows, columns, size=size, crc32=crc32)

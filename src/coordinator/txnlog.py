@@ -52,6 +52,10 @@ from coordinator.store import Store
 if TYPE_CHECKING:
     from coordinator.partition import PartitionLog
 
+#: Given entries read and not yet proven, read-only requests to run while they are proven (see
+#: :meth:`TransactionLog.refresh`).
+ReadAhead = Callable[[list[LogEntry]], list[Callable[[], object]]]
+
 log = logging.getLogger(__name__)
 
 DEFAULT_CHECKPOINT_INTERVAL = 4
@@ -132,6 +136,8 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof, LogDamage):
         self._probed = False
         #: damaged checkpoints this process skipped (named when no other checkpoint will do)
         self._damaged_checkpoints: set[str] = set()
+        #: the caller's read-ahead for the refresh under way (see :meth:`refresh`)
+        self._read_ahead: ReadAhead | None = None
 
     @property
     def state(self) -> CoordinatorState:
@@ -212,8 +218,12 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof, LogDamage):
             raise CorruptLogError(f"{got}: {REPAIR_LOG_HINT}") from got
         return got
 
-    def refresh(self) -> CoordinatorState:
+    def refresh(self, *, read_ahead: ReadAhead | None = None) -> CoordinatorState:
         """Read what was appended since the last read (one LIST when nothing is new) and apply it.
+
+        ``read_ahead``, given the entries read and not yet proven the log's, returns read-only requests (reads of
+        the data those entries name) to run while the proof runs; they may read what a ghost names and must not
+        use or return it: the caller uses their results only through what this refresh returns, proven.
 
         Raises:
             CorruptLogError: an entry cannot be decoded, or the log has a gap no checkpoint covers.
@@ -221,10 +231,14 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof, LogDamage):
             StoreError: the store failed.
         """
         with self._lock:
-            if not self._opened:
-                self._open()
-            else:
-                self._catch_up()
+            self._read_ahead = read_ahead
+            try:
+                if not self._opened:
+                    self._open()
+                else:
+                    self._catch_up()
+            finally:
+                self._read_ahead = None
             return self._state
 
     def _catch_up(self) -> None:
@@ -280,15 +294,24 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof, LogDamage):
                                           "cannot be proven to be the log's")
                 jumped, rounds = True, 0
             after = seq_name(self.state.seq) if self.state.seq >= 0 else None
-            seqs = [q for n in self.store.list(TXN_LOG, start_after=after, limit=self.jump + 1)
-                    if (q := parse_seq(n)) is not None]
+            # Entries to prove: their proof starts with this listing (it is made after they were read), so that
+            # when nothing more is listed they are proven at once; when more is, it was only one request too many.
+            early = self._start_proof() if self._unproven else None
+            try:
+                seqs = [q for n in self.store.list(TXN_LOG, start_after=after, limit=self.jump + 1)
+                        if (q := parse_seq(n)) is not None]
+            except BaseException:
+                self._drop_proof(early)
+                raise
             if not seqs:
                 if not (checked or jumped) and self._jump_to_last():
+                    self._drop_proof(early)
                     jumped = True
                     continue
-                if self._prove():
+                if self._prove_started(early):
                     return
                 continue
+            self._drop_proof(early)
             # entries that do not follow on are below a checkpoint (left by an interrupted truncation)
             dense = next((i for i, (a, b) in enumerate(itertools.pairwise(seqs), 1) if b != a + 1), len(seqs))
             broken = seqs[0] != self.state.seq + 1 or dense < len(seqs)

@@ -1,0 +1,184 @@
+"""Consumer latency benchmark (issue "a consumer that follows a busy store at low latency"), on a store that adds
+S3-like latency per request (``latency_store.LatencyStore``: PUT 30, GET 15, LIST 20 ms) over a real backend:
+
+1. serial round trips, requests, wall and CPU time of one consumer poll after N new one-row commits spread over 16
+   partitions (memory store, one process; the consumer has read everything before and found nothing new);
+2. end-to-end latency: one producer process committing a one-row transaction every ``--interval`` ms, one consumer
+   process polling every 10 ms (``poll(0)``, then a 10 ms sleep), both on the same local folder; a record's latency
+   is from just before the producer's ``send`` to the poll that returned it (one machine, one clock); also shown,
+   from the record's commit time (``_timestamp``: the store's time the committing writer puts in its entry).
+
+    python bench/bench_latency.py [--commits 1,10,40] [--rounds 3] [--seconds 20] [--interval 100] [--only 1,2]
+
+Prints one table per measure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import pyarrow as pa  # noqa: E402
+from latency_store import LatencyStore  # noqa: E402
+
+from coordinator import Consumer, MemoryStore, Producer, create_topic, open_store  # noqa: E402
+
+SCHEMA = pa.schema([("v", pa.int64())])
+PARTITIONS = 16
+POLL_EVERY_S = 0.010
+
+
+def table(title: str, rows: list[dict[str, Any]]) -> None:
+    print(f"\n{title}")
+    if not rows:
+        return
+    cols = list(rows[0])
+    print(" | ".join(cols))
+    for r in rows:
+        print(" | ".join(f"{r[c]:.1f}" if isinstance(r[c], float) else str(r[c]) for c in cols))
+
+
+# -- 1. one poll after N commits ---------------------------------------------------------------------------------------
+
+
+def poll_round_trips(commits: int) -> dict[str, Any]:
+    url = f"memory://latency-{uuid.uuid4().hex}"
+    try:
+        raw = open_store(url)
+        create_topic(raw, "t", SCHEMA, PARTITIONS)
+        p = Producer(open_store(url), "w")
+        p.init_transactions()
+        with p.transaction():
+            p.send("t", [{"v": -1}], partition=0)
+        store = LatencyStore(open_store(url))
+        c = Consumer(store)
+        c.subscribe(["t"])
+        assert c.poll().num_rows == 1
+        assert c.poll().num_rows == 0
+        for i in range(commits):
+            with p.transaction():
+                p.send("t", [{"v": i}], partition=i % PARTITIONS)
+        store.trace.clear()
+        t0, c0 = time.monotonic(), time.process_time()
+        got = c.poll()
+        wall, cpu = time.monotonic() - t0, time.process_time() - c0
+        return {"commits": commits, "rows": got.num_rows, "round_trips": store.trace.round_trips(),
+                "requests": store.trace.requests(), "wall_ms": 1000 * wall, "cpu_ms": 1000 * cpu}
+    finally:
+        MemoryStore.drop(url)
+
+
+# -- 2. end to end -----------------------------------------------------------------------------------------------------
+
+
+def _producer_main(url: str, ready: Any, go: Any, seconds: float, interval: float, out: Any) -> None:
+    p = Producer(LatencyStore(open_store(url)), "w")
+    p.init_transactions()
+    with p.transaction():  # warm up: imports, encoders, the log's view
+        p.send("t", [{"v": 0}], partition=0)
+    ready.release()
+    start = go.get()
+    go.put(start)
+    while time.time() < start:
+        time.sleep(0.002)
+    commit_s: list[float] = []
+    n = 0
+    while time.time() < start + seconds:
+        due = start + n * interval
+        if time.time() < due:
+            time.sleep(due - time.time())
+        t0 = time.monotonic()
+        with p.transaction():
+            p.send("t", [{"v": time.time_ns() // 1000}], partition=0)
+        commit_s.append(time.monotonic() - t0)
+        n += 1
+    out.put(("producer", commit_s))
+
+
+def _consumer_main(url: str, ready: Any, go: Any, seconds: float, out: Any) -> None:
+    c = Consumer(LatencyStore(open_store(url)), auto_offset_reset="latest")
+    c.subscribe(["t"])
+    c.poll()
+    ready.release()
+    start = go.get()
+    go.put(start)
+    from_send: list[float] = []
+    from_commit: list[float] = []
+    polls = 0
+    while time.time() < start + seconds + 1.0:
+        got = c.poll()
+        now_us = time.time_ns() // 1000
+        polls += 1
+        committed = got.column("_timestamp").cast(pa.int64()).to_pylist()
+        for v, ts in zip(got.column("v").to_pylist(), committed, strict=True):
+            if v > 0:
+                from_send.append((now_us - v) / 1000)
+                from_commit.append((now_us - ts) / 1000)
+        time.sleep(POLL_EVERY_S)
+    out.put(("consumer", (from_send, from_commit, polls)))
+
+
+def _pct(xs: list[float], q: int) -> float:
+    if len(xs) < 2:
+        return xs[0] if xs else float("nan")
+    return statistics.quantiles(xs, n=100, method="inclusive")[q - 1]
+
+
+def end_to_end(seconds: float, interval_ms: float) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR", "/tmp")) as d:
+        url = "file://" + d
+        create_topic(open_store(url), "t", SCHEMA, 1)
+        ready, go, out = mp.Semaphore(0), mp.Queue(), mp.Queue()
+        procs = [mp.Process(target=_producer_main, args=(url, ready, go, seconds, interval_ms / 1000, out)),
+                 mp.Process(target=_consumer_main, args=(url, ready, go, seconds, out))]
+        for pr in procs:
+            pr.start()
+        for _ in procs:
+            ready.acquire()
+        go.put(time.time() + 1.0)
+        got = dict(out.get() for _ in procs)
+        for pr in procs:
+            pr.join()
+        commit_s = got["producer"]
+        from_send, from_commit, polls = got["consumer"]
+        return {"commits": len(commit_s), "received": len(from_send), "polls": polls,
+                "commit_p50_ms": 1000 * statistics.median(commit_s), "e2e_p50_ms": _pct(from_send, 50),
+                "e2e_p99_ms": _pct(from_send, 99), "e2e_max_ms": max(from_send, default=float("nan")),
+                "after_commit_time_p50_ms": _pct(from_commit, 50), "after_commit_time_p99_ms": _pct(from_commit, 99)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--commits", default="1,10,40")
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--interval", type=float, default=100.0, help="ms between two commits of the producer")
+    ap.add_argument("--rounds", type=int, default=3, help="runs of measure 1 per N")
+    ap.add_argument("--only", default="1,2", help="which measures to run")
+    args = ap.parse_args(argv)
+    only = set(args.only.split(","))
+    print(f"latency (ms) {LatencyStore(MemoryStore('memory://x')).latency_ms}")
+    if "1" in only:
+        rows = []
+        for n in args.commits.split(","):
+            runs = sorted((poll_round_trips(int(n)) for _ in range(args.rounds)), key=lambda r: r["wall_ms"])
+            rows.append(runs[len(runs) // 2])
+        table(f"1. one consumer poll after N one-row commits over {PARTITIONS} partitions (memory store; the run of "
+              f"median wall time of {args.rounds})", rows)
+    if "2" in only:
+        table(f"2. end to end, one producer process (a commit every {args.interval:.0f} ms), one consumer process "
+              f"(a poll every {1000 * POLL_EVERY_S:.0f} ms), local folder", [end_to_end(args.seconds, args.interval)])
+    return 0
+
+
+if __name__ == "__main__":
+    mp.set_start_method("fork")
+    sys.exit(main())
