@@ -233,6 +233,12 @@ MUTANTS: tuple[Mutant, ...] = (
          "entries_after_it",),
         "G8: a commit no record names stops every reader though its staged files and the later entries hold it"),
     Mutant(
+        "rebuild-forgets-lost-compactions", "coordinator/logrebuild.py",
+        "    quiet = _layout_only(before, lacking, notes)",
+        "    quiet: list[RetainItem] = []",
+        ("tests/test_damage.py::test_repair_log_keeps_a_lost_compaction_as_a_change_of_no_row",),
+        "G8: a damaged entry whose compaction record is missing stops every reader though nothing of it is lost"),
+    Mutant(
         "sink-commit-deletes-on-fenced", "txnsink/batch.py",
         "result = coord.commit(self.ident, self.txn, segs, app=app, end_producer=self.ephemeral)",
         "result = coord.commit(self.ident, self.txn, segs, app=app, end_producer=self.ephemeral) if "

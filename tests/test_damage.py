@@ -381,6 +381,31 @@ def test_repair_log_finds_a_commit_no_record_names_from_its_staged_files_and_the
     assert list(ti.verify(backend.open())) == []
 
 
+def test_repair_log_keeps_a_lost_compaction_as_a_change_of_no_row(backend: Backend) -> None:
+    """A compaction's entry is damaged, its partition record never written, and entries after it go on in that
+    partition from the offset it ended at: the entry added no rows there, so it is rebuilt with a retention to the
+    partition's start (no row changes; the merged file is left for GC) and every record reads as before."""
+    from coordinator.maintenance import compact_partition
+
+    make_topic(backend.open(), partitions=1)
+    p = producer(backend, "p")
+    for i in range(4):
+        commit(p, [i])
+    coord = TransactionCoordinator(backend.open())
+    assert compact_partition(coord, "t", 0).merged_groups == 1
+    seq = fresh_state(backend).seq
+    commit(producer(backend, "q"), [9])  # an entry after it, in the same partition
+    want = read(backend)
+    store = backend.open()
+    store.delete(marker_path("t", 0, 4))  # the compaction's record: never written
+    flip(store, txn_log_path(seq))
+    [obj] = TransactionCoordinator(backend.open()).repair_log(execute=True).objects
+    assert obj.action == "rebuild", obj.why
+    assert any("a compaction or retention whose record is missing" in line for line in obj.assumed)
+    assert read(backend) == want
+    assert list(ti.verify(backend.open())) == []
+
+
 def test_repair_log_refuses_staged_files_that_do_not_end_where_the_next_record_starts(backend: Backend) -> None:
     """The same, with one more staged file of the commit in that partition than it published (as a stray file
     would be): the completion would not end where the next record starts, so the entry is not rebuilt from it."""

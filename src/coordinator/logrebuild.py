@@ -131,6 +131,10 @@ def rebuild_entry(store: Store, seq: int, before: CoordinatorState, *, later: Se
     if offsets_unknown:
         notes.lost.append("consumer-group offsets committed with " + ", ".join(offsets_unknown) +
                           " (if they carried any): only their intents held them")
+    quiet = _layout_only(before, lacking, notes)
+    for item in quiet:
+        scratch.apply_item(item, ts)
+        items.append(item)
     for item in _inits_proven_later(seq, scratch, later, intents, notes):
         scratch.apply_item(item, ts)
         items.append(item)
@@ -160,7 +164,10 @@ def rebuild_entry(store: Store, seq: int, before: CoordinatorState, *, later: Se
         same, why = False, str(exc)
     else:
         why = "they differ"
+    held = {(i.topic, i.partition) for i in quiet}
     for tp, (problem, end) in sorted(lacking.items()):
+        if tp in held:
+            continue
         rec = defined.get(tp) if same else None
         ops = [op for op in rec.ops if isinstance(op, CommitOp)] if rec is not None else []
         if not ops or ops[-1].base + sum(m.rows for m in ops[-1].segments) != end:
@@ -260,6 +267,25 @@ def _unrecorded_commit(before: CoordinatorState, staged: StagedCopies, lacking: 
     notes.assumed.append(f"commit {found[0]}: no partition record of it survived; taken from its staged segment "
                          "files, whose rows fill exactly the offsets the entries after this one leave for it")
     return [("c", found[0], -1, -1)]
+
+
+def _layout_only(before: CoordinatorState, lacking: Mapping[tuple[str, int], tuple[str, int]],
+                 notes: _Notes) -> list[RetainItem]:
+    """For each partition whose record of the entry is missing while the entries after it go on from the very
+    offset the partition ended at before it: the entry added no rows there, so its decision there was a compaction
+    or a retention (either bumps the layout the later entries were planned against). It is kept as a retention to
+    the partition's start, which changes no row and keeps the layout count; a compaction's merged file is left
+    for GC. (A segment a lost retention or compaction retired and GC deleted since is named by ``verify``.)"""
+    out = []
+    for (topic, p), (_problem, end) in sorted(lacking.items()):
+        pm = before.partition(topic, p)
+        if end != pm.end:
+            continue
+        out.append(RetainItem(f"rebuilt-layout-{topic}-{p}-{pm.next_idx}", topic=topic, partition=p, start=pm.start))
+        notes.assumed.append(f"{topic}/{p}: a compaction or retention whose record is missing (the entries after "
+                             f"this one go on from offset {end}, so it added no rows): kept as a retention to the "
+                             f"start offset {pm.start}, which changes no row")
+    return out
 
 
 def _later_base(later: Sequence[LogEntry], tp: tuple[str, int]) -> int | None:
