@@ -88,9 +88,11 @@ def bench_commits(store: Store, commits: int) -> list[tuple[int, float, float, f
     return out
 
 
-def bench_throughput(store: Store, table: pa.Table) -> tuple[float, float]:
-    """(txnlog producer MB/s, plain pyarrow Parquet write MB/s) for the same table to the same store."""
-    topic = "p" + uuid.uuid4().hex[:8]
+def bench_throughput(store: Store, table: pa.Table, topic: str | None = None) -> tuple[float, float]:
+    """(txnlog producer MB/s, plain pyarrow Parquet write MB/s) for the same table to the same store: the producer
+    writes ``topic`` (4 partitions; a fresh name if None) in one transaction, the plain write four Parquet files
+    under ``plain/<topic>/``."""
+    topic = topic or "p" + uuid.uuid4().hex[:8]
     create_topic(store, topic, SCHEMA, 4)
     mb = table.nbytes / 1e6
     producer = Producer(store, "tp-" + topic, config=ProducerConfig(segment_target_bytes=32 * 1024 * 1024))
