@@ -218,23 +218,22 @@ MUTANTS: tuple[Mutant, ...] = (
          "acknowledges",),
         "G5: a replay answered already committed acknowledges a commit whose log entry is its only copy"),
     Mutant(
-        "rebuild-ignores-later-bases", "coordinator/logrebuild.py",
-        "                   known_end := _later_base(later, tp)) is None else known_end",
+        "rebuild-ignores-later-bases", "coordinator/logmissing.py",
+        "                   known_end := later_base(later, tp)) is None else known_end",
         "                   known_end := None) is None else known_end",
         ("tests/test_damage.py::test_repair_log_finds_a_commit_no_record_names_from_its_staged_files_and_the_"
          "entries_after_it",),
         "G8: an entry whose records are missing, with later entries whose records are missing too, is not rebuilt"),
     Mutant(
         "rebuild-finds-no-unrecorded-commit", "coordinator/logrebuild.py",
-        "        order += _unrecorded_commit(before, staged, sorted(lacking), {k[1] for k in order if k[0] == \"c\"}, "
-        "notes)",
-        "        order += []",
+        "        order.append((\"c\", txn, -1, -1))",
+        "        pass",
         ("tests/test_damage.py::test_repair_log_finds_a_commit_no_record_names_from_its_staged_files_and_the_"
          "entries_after_it",),
         "G8: a commit no record names stops every reader though its staged files and the later entries hold it"),
     Mutant(
         "rebuild-forgets-lost-compactions", "coordinator/logrebuild.py",
-        "    quiet = _layout_only(before, lacking, notes)",
+        "    quiet = layout_only(before, lacking, notes.assumed)",
         "    quiet: list[RetainItem] = []",
         ("tests/test_damage.py::test_repair_log_keeps_a_lost_compaction_as_a_change_of_no_row",),
         "G8: a damaged entry whose compaction record is missing stops every reader though nothing of it is lost"),

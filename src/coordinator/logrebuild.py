@@ -25,10 +25,10 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from coordinator import parallel
 from coordinator.decisions import InitRequest, Request, TxnRequest, decide, decided_by_name
 from coordinator.errors import CorruptLogError
-from coordinator.layout import marker_path, open_path
+from coordinator.layout import open_path
+from coordinator.logmissing import layout_only, records_of_entry, unrecorded_commit
 from coordinator.logstaged import StagedCopies, sequences
 from coordinator.partrecords import CommitOp, PartitionRecord, ReplaceOp, records_of
 from coordinator.records import (
@@ -99,7 +99,7 @@ def rebuild_entry(store: Store, seq: int, before: CoordinatorState, *, later: Se
         StoreError: the store failed.
     """
     notes = _Notes(known=known)
-    got = _records_of_entry(store, seq, before, later, partitions)
+    got = records_of_entry(store, seq, before, later, partitions)
     if isinstance(got, str):
         return Rebuilt(seq, None, problem=got)
     found, lacking = got
@@ -122,8 +122,9 @@ def rebuild_entry(store: Store, seq: int, before: CoordinatorState, *, later: Se
     touched_later = {(t, p) for e in later for t, p, _idx in e.touched}
     staged = StagedCopies(store, [tp for tp in sorted(set(partitions) | set(before.partitions))
                                   if tp not in found and tp not in touched_later] + sorted(lacking))
-    if lacking:
-        order += _unrecorded_commit(before, staged, sorted(lacking), {k[1] for k in order if k[0] == "c"}, notes)
+    if lacking and (txn := unrecorded_commit(before, staged, sorted(lacking), {k[1] for k in order if k[0] == "c"},
+                                             notes.assumed)):
+        order.append(("c", txn, -1, -1))
     for key in order:
         for item in _decided(store, seq, key, found, scratch, ts, intents, later, notes, offsets_unknown, staged):
             scratch.apply_item(item, ts)
@@ -131,7 +132,7 @@ def rebuild_entry(store: Store, seq: int, before: CoordinatorState, *, later: Se
     if offsets_unknown:
         notes.lost.append("consumer-group offsets committed with " + ", ".join(offsets_unknown) +
                           " (if they carried any): only their intents held them")
-    quiet = _layout_only(before, lacking, notes)
+    quiet = layout_only(before, lacking, notes.assumed)
     for item in quiet:
         scratch.apply_item(item, ts)
         items.append(item)
@@ -199,117 +200,6 @@ def rebuilt_note(data: bytes, where: str) -> dict[str, list[str]] | None:
 
 
 # -- the copies -------------------------------------------------------------------------------------------------
-
-
-def _records_of_entry(store: Store, seq: int, before: CoordinatorState, later: Sequence[LogEntry],
-                      partitions: Sequence[tuple[str, int]]
-                      ) -> tuple[dict[tuple[str, int], PartitionRecord], dict[tuple[str, int], tuple[str, int]]] | str:
-    """The partition records entry ``seq`` wrote: in each partition, the record after those ``before`` counts, when
-    it names the entry; and the partitions where the entry wrote a record that is missing (the entries after it
-    continue at the next record), each with the problem to report and the offset that next record's first commit
-    starts at (the partition's end after the entry: a rebuild completing that partition from staged files must end
-    there). A string when they cannot be told (a record the entry wrote is damaged, or missing where the next
-    record does not start with a commit)."""
-    by_later: dict[tuple[str, int], int] = {}
-    for e in later:
-        for t, p, idx in e.touched:
-            by_later.setdefault((t, p), idx)
-    cands = sorted(set(partitions) | set(before.partitions))
-
-    def fetch(tp: tuple[str, int]) -> PartitionRecord | CorruptLogError | None:
-        path = marker_path(tp[0], tp[1], before.partition(*tp).next_idx)
-        try:
-            return PartitionRecord.from_bytes(store.get(path), path)
-        except FileNotFoundError:
-            return None
-        except CorruptLogError as exc:
-            return exc
-
-    found: dict[tuple[str, int], PartitionRecord] = {}
-    lacking: dict[tuple[str, int], tuple[str, int]] = {}
-    for tp, rec in zip(cands, parallel.pmap(fetch, cands), strict=True):
-        idx = before.partition(*tp).next_idx
-        path = marker_path(tp[0], tp[1], idx)
-        first_later = by_later.get(tp)
-        if isinstance(rec, PartitionRecord):
-            if rec.seq == seq and (rec.topic, rec.partition, rec.idx) == (tp[0], tp[1], idx):
-                found[tp] = rec
-            elif rec.seq <= seq:
-                return f"partition record {path} is damaged too: it names entry {rec.seq}"
-        elif first_later is not None and first_later > idx:
-            what = "missing" if rec is None else f"damaged too ({rec})"
-            problem = (f"partition record {path}, which entry {seq} wrote (the entries after it continue at record "
-                       f"{first_later}), is {what}: the commits of entry {seq} there have no copy")
-            end = (_next_base(store, tp, first_later) if rec is None else None) if (
-                   known_end := _later_base(later, tp)) is None else known_end
-            if end is None:
-                return problem
-            lacking[tp] = (problem, end)
-        elif rec is not None and first_later != idx:
-            return f"partition record {path} is damaged too ({rec}): whether entry {seq} wrote it cannot be told"
-    return found, lacking
-
-
-def _unrecorded_commit(before: CoordinatorState, staged: StagedCopies, lacking: Sequence[tuple[str, int]],
-                       named: set[str], notes: _Notes) -> list[_Key]:
-    """A commit no surviving record names, in partitions whose record of the entry is missing while later entries
-    continue them: the one Python producer transaction staged there that is its producer's next at its current
-    epoch (none, or several: nothing is guessed). Its rows must then fill exactly the offsets the later entries
-    leave for the entry there (checked by the caller), else the entry is not rebuilt."""
-    found = []
-    for txn in sorted(staged.txns_in(lacking) - named):
-        ref = parse_txn_id(txn)
-        meta = before.producer_by_pid(ref.pid) if ref is not None and ref.kind == "p" else None
-        if ref is not None and meta is not None and meta.epoch == ref.epoch and ref.n == meta.last_txn + 1:
-            found.append(txn)
-    if len(found) != 1:
-        return []
-    notes.assumed.append(f"commit {found[0]}: no partition record of it survived; taken from its staged segment "
-                         "files, whose rows fill exactly the offsets the entries after this one leave for it")
-    return [("c", found[0], -1, -1)]
-
-
-def _layout_only(before: CoordinatorState, lacking: Mapping[tuple[str, int], tuple[str, int]],
-                 notes: _Notes) -> list[RetainItem]:
-    """For each partition whose record of the entry is missing while the entries after it go on from the very
-    offset the partition ended at before it: the entry added no rows there, so its decision there was a compaction
-    or a retention (either bumps the layout the later entries were planned against). It is kept as a retention to
-    the partition's start, which changes no row and keeps the layout count; a compaction's merged file is left
-    for GC. (A segment a lost retention or compaction retired and GC deleted since is named by ``verify``.)"""
-    out = []
-    for (topic, p), (_problem, end) in sorted(lacking.items()):
-        pm = before.partition(topic, p)
-        if end != pm.end:
-            continue
-        out.append(RetainItem(f"rebuilt-layout-{topic}-{p}-{pm.next_idx}", topic=topic, partition=p, start=pm.start))
-        notes.assumed.append(f"{topic}/{p}: a compaction or retention whose record is missing (the entries after "
-                             f"this one go on from offset {end}, so it added no rows): kept as a retention to the "
-                             f"start offset {pm.start}, which changes no row")
-    return out
-
-
-def _later_base(later: Sequence[LogEntry], tp: tuple[str, int]) -> int | None:
-    """The offset partition ``tp`` ended at before the first of the readable entries ``later`` that touched it,
-    when that entry's first decision there is a commit (its base); None otherwise."""
-    for e in later:
-        for item in e.items:
-            if tp not in item_partitions(item):
-                continue
-            if isinstance(item, CommitItem):
-                return next((a.base for a in item.parts if (a.topic, a.partition) == tp), None)
-            return None
-    return None
-
-
-def _next_base(store: Store, tp: tuple[str, int], idx: int) -> int | None:
-    """The offset the first commit of partition record ``idx`` starts at (None: it is missing, damaged, or does not
-    start with a commit)."""
-    path = marker_path(tp[0], tp[1], idx)
-    try:
-        rec = PartitionRecord.from_bytes(store.get(path), path)
-    except (FileNotFoundError, CorruptLogError):
-        return None
-    return rec.ops[0].base if rec.ops and isinstance(rec.ops[0], CommitOp) else None
 
 
 _Key = tuple[str, str, int, int]  # ("c", txn, -1, -1) or ("r"/"t", "topic", partition, op index)
