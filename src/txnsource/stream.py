@@ -238,14 +238,15 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _sizes(self, base: Positions, grant: dict[tuple[str, int], int]) -> dict[tuple[str, int], SliceSizes]:
         """(rows, bytes) of the segment slices holding each partition's granted rows, from the partition index."""
+        from coordinator import parallel
+
         coord = self._coordinator()
         out: dict[tuple[str, int], SliceSizes] = {}
-        for tp, n in grant.items():
-            if n <= 0:
-                continue
-            plog = coord.partition(*tp)
-            if plog.end_offset < base[tp] + n:
-                plog.refresh()
+        logs = {tp: coord.partition(*tp) for tp, n in grant.items() if n > 0}
+        parallel.pmap(lambda plog: plog.refresh(),
+                      [plog for tp, plog in logs.items() if plog.end_offset < base[tp] + grant[tp]])
+        for tp, plog in logs.items():
+            n = grant[tp]
             lo = max(base[tp], plog.start_offset)
             out[tp] = [(sl.rows, sl.segment.size * sl.rows / sl.segment.rows if sl.segment.rows else 0.0)
                        for sl in plog.slices(lo, max(lo, base[tp] + n))]
@@ -273,11 +274,14 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         topics = self.options.topics
         lo, hi = from_json(start, self.options), from_json(end, self.options)
+        from coordinator import parallel
+
         coord = self._coordinator()
         ranges: dict[tuple[str, int], tuple[int, int]] = {}
+        logs = {tp: coord.partition(*tp) for tp in hi}
+        parallel.pmap(lambda plog: plog.refresh(), list(logs.values()))  # one round trip, not one per partition
         for tp, e in hi.items():
-            plog = coord.partition(*tp)
-            plog.refresh()
+            plog = logs[tp]
             s = lo.get(tp, plog.start_offset)
             if s > e and not self.options.fail_on_data_loss:
                 s = plog.start_offset  # the offsets went back (a re-created topic): latestOffset restarted it
