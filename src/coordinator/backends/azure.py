@@ -34,9 +34,7 @@ from __future__ import annotations
 
 import builtins
 import logging
-import random
 import re
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
@@ -52,9 +50,9 @@ from azure.core.exceptions import (
 from azure.storage.blob import BlobProperties
 from fsspec.asyn import sync
 
-from coordinator import redact
+from coordinator.backends.cloud import CloudStore, RetriesExhausted, TransientFailure, root_prefix
 from coordinator.errors import InvalidOptionError, StoreError
-from coordinator.store import TEMP_PREFIX, ObjectInfo, Store, StoreOptions, check_relative
+from coordinator.store import TEMP_PREFIX, ObjectInfo, StoreOptions
 
 __all__ = ["AZURE_SCHEMES", "AzureStore", "parse_azure_url"]
 
@@ -69,14 +67,6 @@ RETRYABLE_CODES = frozenset({"ServerBusy", "InternalError", "OperationTimedOut"}
 NOT_APPLIED_STATUS = frozenset({429, 503})
 _CONTAINER = re.compile(r"^[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){2,62}$")
 _DFS_HOST = re.compile(r"^(?P<account>[a-z0-9]{3,24})\.(?:dfs|blob)\.core\.windows\.net$")
-
-
-class _RetriesExhausted(StoreError):
-    """The retry budget ran out. ``ambiguous``: some attempt may have been applied by the store."""
-
-    def __init__(self, message: str, ambiguous: bool) -> None:
-        super().__init__(message)
-        self.ambiguous = ambiguous
 
 
 def parse_azure_url(url: str) -> tuple[str, str | None, str]:
@@ -104,14 +94,10 @@ def parse_azure_url(url: str) -> tuple[str, str | None, str]:
     if not container or not _CONTAINER.match(container):
         raise InvalidOptionError(
             f"Azure URL {url!r} names no valid container (3-63 lower-case letters, digits and single dashes)")
-    prefix = parts.path.strip("/")
-    if prefix:
-        check_relative(prefix)
-        prefix += "/"
-    return container, account, prefix
+    return container, account, root_prefix(parts.path)
 
 
-class AzureStore(Store):
+class AzureStore(CloudStore):
     """A store rooted at ``az://container/prefix`` (see the module docstring).
 
     Args:
@@ -126,7 +112,7 @@ class AzureStore(Store):
             both a key and a SAS token, a non-positive limit, or an ``http://`` endpoint without a key or SAS token.
     """
 
-    clock_resolution = 1.0
+    label = "Azure"
 
     def __init__(
         self,
@@ -143,14 +129,11 @@ class AzureStore(Store):
     ) -> None:
         self.container, url_account, self.prefix = parse_azure_url(url)
         super().__init__(url.rstrip("/"))
+        self._root = f"az://{self.container}/{self.prefix}"
         opts = opts or StoreOptions()
-        for name, value in (("max_attempts", max_attempts), ("time_budget", time_budget),
-                            ("connect_timeout", connect_timeout), ("read_timeout", read_timeout),
-                            ("list_page_size", list_page_size)):
-            if value <= 0:
-                raise InvalidOptionError(f"Azure store option {name} must be positive, got {value!r}")
-        if backoff_base < 0 or backoff_max < 0:
-            raise InvalidOptionError("Azure store backoff must not be negative")
+        self._set_limits(max_attempts=max_attempts, time_budget=time_budget, connect_timeout=connect_timeout,
+                         read_timeout=read_timeout, backoff_base=backoff_base, backoff_max=backoff_max,
+                         list_page_size=list_page_size, page_limit=5000)
         if url_account and opts.azure_account and url_account != opts.azure_account.lower():
             raise InvalidOptionError(
                 f"Azure URL {url!r} names account {url_account!r} but option azure.account is "
@@ -159,17 +142,10 @@ class AzureStore(Store):
             raise InvalidOptionError("give one of azure.key and azure.sasToken, not both")
         self.account = url_account or opts.azure_account
         self.endpoint = opts.azure_endpoint.rstrip("/") if opts.azure_endpoint else None
-        self.max_attempts = max_attempts
-        self.time_budget = time_budget
-        self.backoff_base = backoff_base
-        self.backoff_max = backoff_max
-        self.list_page_size = min(list_page_size, 5000)
         sas = opts.azure_sas_token.lstrip("?") if opts.azure_sas_token else None
         signature = parse_qs(sas).get("sig", [""])[0] if sas else ""
-        self._secrets = tuple(s for s in (opts.azure_key, sas, signature) if s and len(s) >= 4)
-        redact.register(*self._secrets)
+        self._set_secrets(opts.azure_key, sas, signature)
         self._request = {"retry_total": 0, "connection_timeout": connect_timeout, "read_timeout": read_timeout}
-        self._rng = random.Random()
         self._fs = self._client(opts, sas)
         self._closed = False
 
@@ -207,7 +183,7 @@ class AzureStore(Store):
     # -- the contract -----------------------------------------------------------------------------------------
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
-        name = self._name(path)
+        name = self._key(path)
         body = bytes(data)
 
         async def op(service: Any) -> None:
@@ -222,14 +198,12 @@ class AzureStore(Store):
             if exc.status_code in (409, 412) and _code(exc) in ("BlobAlreadyExists", "ConditionNotMet"):
                 return self._read_back_equal(path, body)
             raise self._failure("put_if_absent", path, exc) from None
-        except _RetriesExhausted as exc:
-            if not exc.ambiguous:
-                raise
-            return self._read_back_equal(path, body, cause=exc)
+        except RetriesExhausted as exc:
+            return self._settle(path, body, exc)
         return True
 
     def put(self, path: str, data: bytes) -> None:
-        name = self._name(path)
+        name = self._key(path)
         body = bytes(data)
 
         async def op(service: Any) -> None:
@@ -241,7 +215,7 @@ class AzureStore(Store):
             raise self._failure("put", path, exc) from None
 
     def get(self, path: str) -> bytes:
-        name = self._name(path)
+        name = self._key(path)
 
         async def op(service: Any) -> bytes:
             stream = await service.get_blob_client(self.container, name).download_blob(**self._request)
@@ -263,7 +237,7 @@ class AzureStore(Store):
         Raises:
             StoreError: the store failed past the retry budget, or the container does not exist.
         """
-        name = self._name(path)
+        name = self._key(path)
 
         async def op(service: Any) -> None:
             await service.get_blob_client(self.container, name).get_blob_properties(**self._request)
@@ -306,7 +280,6 @@ class AzureStore(Store):
         Raises:
             StoreError: the store failed past the retry budget, or sent no usable ``Date``.
         """
-        from email.utils import parsedate_to_datetime
 
         async def op(service: Any) -> str | None:
             dates: builtins.list[str] = []
@@ -325,12 +298,10 @@ class AzureStore(Store):
             date = self._call("list", "_txn/", op)
         except HttpResponseError as exc:
             raise self._failure("list", "_txn/", exc) from None
-        if not date:
-            raise StoreError(f"Azure endpoint of {self._where('')} sent no Date header to read its clock from")
-        return parsedate_to_datetime(date).timestamp()
+        return self._clock(date)
 
     def delete(self, path: str) -> None:
-        name = self._name(path)
+        name = self._key(path)
 
         async def op(service: Any) -> None:
             await service.get_blob_client(self.container, name).delete_blob(**self._request)
@@ -355,16 +326,6 @@ class AzureStore(Store):
             log.debug("closing the Azure client failed: %s", type(exc).__name__)
 
     # -- internals --------------------------------------------------------------------------------------------
-
-    def _name(self, path: str) -> str:
-        return self.prefix + check_relative(path)
-
-    def _folder(self, prefix: str) -> str:
-        prefix = prefix.strip("/")
-        return self.prefix + (check_relative(prefix) + "/" if prefix else "")
-
-    def _where(self, path: str) -> str:
-        return f"az://{self.container}/{self.prefix}{path}"
 
     def _pages(self, prefix: str, base: str, *, delimiter: bool) -> builtins.list[dict[str, Any]]:
         """Every entry below ``base`` (one level with ``delimiter``), page by page with one counted, retried
@@ -408,23 +369,17 @@ class AzureStore(Store):
                 return items
 
     def _call(self, kind: str, path: str, op: Callable[[Any], Awaitable[T]], *, write: bool = False) -> T:
-        """Run ``op`` against the service client with the retry loop; one counted request per attempt.
+        """Run ``op`` against the service client in the retry loop (:meth:`CloudStore._retry`).
 
         Raises:
-            StoreError: the credentials were refused or none could be found (at once: retrying cannot help).
+            StoreError: the store is closed, or the credentials were refused or none could be found (at once:
+                retrying cannot help).
             HttpResponseError: a non-retryable error reply (409, 412, 404, 403, ...), for the caller to interpret.
-            _RetriesExhausted: transient failures past the budget; ``ambiguous`` when ``write`` and some attempt
+            RetriesExhausted: transient failures past the budget; ``ambiguous`` when ``write`` and some attempt
                 may have been applied.
         """
-        if self._closed:
-            raise StoreError(f"Azure store {self.url} is closed")
-        start = time.monotonic()
-        ambiguous = False
-        attempt = 0
-        while True:
-            attempt += 1
-            self.counters.add(kind)
-            failure: BaseException
+
+        def attempt() -> T:
             try:
                 return sync(self._fs.loop, op, self._fs.service_client)
             except ClientAuthenticationError as exc:
@@ -436,36 +391,18 @@ class AzureStore(Store):
             except HttpResponseError as exc:
                 if not _retryable_reply(exc):
                     raise
-                failure = exc
-                ambiguous = ambiguous or (write and exc.status_code not in NOT_APPLIED_STATUS)
+                raise TransientFailure(_describe(exc), maybe_applied=exc.status_code not in NOT_APPLIED_STATUS,
+                                       name=type(exc).__name__) from None
             except (ServiceRequestError, ServiceResponseError, TimeoutError, aiohttp.ClientError, OSError) as exc:
-                failure = exc
-                ambiguous = ambiguous or (write and _maybe_sent(exc))
-            elapsed = time.monotonic() - start
-            delay = self._rng.uniform(0, min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1)))
-            if attempt >= self.max_attempts or elapsed + delay >= self.time_budget:
-                described = (_describe(failure) if isinstance(failure, HttpResponseError)
-                             else f"{type(failure).__name__}: {_first_line(failure)}")
-                detail = self._scrub(described)
-                unknown = " (it may have been applied)" if ambiguous else ""
-                raise _RetriesExhausted(
-                    f"Azure {kind} of {self._where(path)} failed after {attempt} attempts in {elapsed:.1f}s"
-                    f"{unknown}; last error: {detail}",
-                    ambiguous,
-                ) from None
-            log.debug("Azure %s of %s attempt %d failed (%s); retrying", kind, self._where(path), attempt,
-                      type(failure).__name__)
-            time.sleep(delay)
+                raise TransientFailure(f"{type(exc).__name__}: {_first_line(exc)}", maybe_applied=_maybe_sent(exc),
+                                       name=type(exc).__name__) from None
+
+        return self._retry(kind, path, attempt, write=write)
 
     def _failure(self, kind: str, path: str, exc: HttpResponseError) -> StoreError:
         hint = "; check the credentials (azure.key, azure.sasToken) and their permissions" if (
             exc.status_code == 403) else ""
         return StoreError(self._scrub(f"Azure {kind} of {self._where(path)} failed: {_describe(exc)}{hint}"))
-
-    def _scrub(self, text: str) -> str:
-        for secret in sorted(self._secrets, key=len, reverse=True):
-            text = text.replace(secret, "***")
-        return text
 
 
 def _code(exc: HttpResponseError) -> str:

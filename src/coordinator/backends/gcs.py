@@ -27,8 +27,6 @@ import builtins
 import json
 import logging
 import os
-import random
-import time
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
@@ -40,8 +38,9 @@ import gcsfs
 from fsspec.asyn import sync
 
 from coordinator import redact
+from coordinator.backends.cloud import CloudStore, RetriesExhausted, TransientFailure, parse_bucket_url
 from coordinator.errors import InvalidOptionError, StoreError
-from coordinator.store import TEMP_PREFIX, ObjectInfo, Store, StoreOptions, check_relative
+from coordinator.store import TEMP_PREFIX, ObjectInfo, StoreOptions
 
 __all__ = ["GCSStore", "parse_gcs_url"]
 
@@ -53,14 +52,6 @@ RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 NOT_APPLIED_STATUS = frozenset({408, 429})
 #: ``gcs.token`` values naming a credential method rather than a file.
 TOKEN_METHODS = frozenset({"anon", "google_default", "cloud"})
-
-
-class _RetriesExhausted(StoreError):
-    """The retry budget ran out. ``ambiguous``: some attempt may have been applied by the store."""
-
-    def __init__(self, message: str, ambiguous: bool) -> None:
-        super().__init__(message)
-        self.ambiguous = ambiguous
 
 
 class _Reply:
@@ -92,23 +83,10 @@ def parse_gcs_url(url: str) -> tuple[str, str]:
     Raises:
         InvalidOptionError: not a gs URL, no bucket, or a prefix with empty, ``.`` or ``..`` segments.
     """
-    for scheme in ("gs://", "gcs://"):
-        if url.startswith(scheme):
-            rest = url[len(scheme):]
-            break
-    else:
-        raise InvalidOptionError(f"store URL {url!r} is not a gs:// or gcs:// URL")
-    bucket, _, prefix = rest.partition("/")
-    if not bucket:
-        raise InvalidOptionError(f"store URL {url!r} names no bucket (expected gs://bucket/prefix)")
-    prefix = prefix.strip("/")
-    if prefix:
-        check_relative(prefix)
-        prefix += "/"
-    return bucket, prefix
+    return parse_bucket_url(url, ("gs://", "gcs://"), "a gs:// or gcs://")
 
 
-class GCSStore(Store):
+class GCSStore(CloudStore):
     """A store rooted at ``gs://bucket/prefix`` (see the module docstring for retries and failure reporting).
 
     Args:
@@ -127,7 +105,7 @@ class GCSStore(Store):
         InvalidOptionError: a malformed URL, a non-positive limit, or a ``gcs.token`` that names no file.
     """
 
-    clock_resolution = 1.0
+    label = "GCS"
 
     def __init__(
         self,
@@ -144,28 +122,18 @@ class GCSStore(Store):
     ) -> None:
         self.bucket, self.prefix = parse_gcs_url(url)
         super().__init__(url.rstrip("/"))
+        self._root = f"gs://{self.bucket}/{self.prefix}"
         opts = opts or StoreOptions()
-        for name, value in (("max_attempts", max_attempts), ("time_budget", time_budget),
-                            ("connect_timeout", connect_timeout), ("read_timeout", read_timeout),
-                            ("list_page_size", list_page_size)):
-            if value <= 0:
-                raise InvalidOptionError(f"GCS store option {name} must be positive, got {value!r}")
-        if backoff_base < 0 or backoff_max < 0:
-            raise InvalidOptionError("GCS store backoff must not be negative")
+        self._set_limits(max_attempts=max_attempts, time_budget=time_budget, connect_timeout=connect_timeout,
+                         read_timeout=read_timeout, backoff_base=backoff_base, backoff_max=backoff_max,
+                         list_page_size=list_page_size, page_limit=1000)
         token = opts.gcs_token
         if token is not None and token not in TOKEN_METHODS and not os.path.isfile(token):
             # The value is not echoed: a raw access token pasted here by mistake must not reach a message.
             raise InvalidOptionError("option gcs.token must name a credentials file that exists, or be 'anon'")
         self.endpoint = opts.gcs_endpoint.rstrip("/") if opts.gcs_endpoint else None
-        self.max_attempts = max_attempts
-        self.time_budget = time_budget
-        self.backoff_base = backoff_base
-        self.backoff_max = backoff_max
-        self.list_page_size = min(list_page_size, 1000)
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout, sock_read=read_timeout)
-        self._secrets = tuple(s for s in (token,) if s and s not in TOKEN_METHODS and len(s) >= 4)
-        redact.register(*self._secrets)
-        self._rng = random.Random()
+        self._set_secrets(token if token not in TOKEN_METHODS else None)
         self._project = opts.gcs_project
         self._token = token
         self._fs: Any = None  # the credential chain runs at the first request, not when the store is opened
@@ -180,10 +148,8 @@ class GCSStore(Store):
         body = bytes(data)
         try:
             reply = self._upload("put_if_absent", path, body, {"ifGenerationMatch": "0"})
-        except _RetriesExhausted as exc:
-            if not exc.ambiguous:
-                raise
-            return self._read_back_equal(path, body, cause=exc)
+        except RetriesExhausted as exc:
+            return self._settle(path, body, exc)
         if reply.status == 412:
             return self._read_back_equal(path, body)
         if reply.status >= 300:
@@ -259,16 +225,11 @@ class GCSStore(Store):
         Raises:
             StoreError: the store failed past the retry budget, or sent no usable ``Date``.
         """
-        from email.utils import parsedate_to_datetime
-
         params = {"prefix": self.prefix + "_txn/", "maxResults": "1", "fields": "kind"}
         reply = self._call("list", "_txn/", "GET", self._bucket_url() + "/o", params)
         if reply.status >= 300:
             raise self._failure("list", "_txn/", reply)
-        date = reply.headers.get("Date")
-        if not date:
-            raise StoreError(f"GCS endpoint of {self._where('')} sent no Date header to read its clock from")
-        return parsedate_to_datetime(date).timestamp()
+        return self._clock(reply.headers.get("Date"))
 
     def close(self) -> None:
         """Close the HTTP connections of this store's client. Idempotent."""
@@ -283,16 +244,6 @@ class GCSStore(Store):
                 log.debug("closing the GCS client failed: %s", type(exc).__name__)
 
     # -- internals --------------------------------------------------------------------------------------------
-
-    def _key(self, path: str) -> str:
-        return self.prefix + check_relative(path)
-
-    def _folder(self, prefix: str) -> str:
-        prefix = prefix.strip("/")
-        return self.prefix + (check_relative(prefix) + "/" if prefix else "")
-
-    def _where(self, path: str) -> str:
-        return f"gs://{self.bucket}/{self.prefix}{path}"
 
     def _location(self) -> str:
         return str(self._client()._location).rstrip("/")
@@ -372,25 +323,20 @@ class GCSStore(Store):
     def _call(self, kind: str, path: str, method: str, url: str, params: dict[str, str], *,
               data: bytes | None = None, headers: dict[str, str] | None = None, write: bool = False,
               reads_body: bool = False) -> _Reply:
-        """Send one request with the retry loop; one counted request per attempt.
+        """Send one request in the retry loop (:meth:`CloudStore._retry`).
 
         Returns:
             The reply of the first attempt whose status is not transient (2xx, 404, 412, 403, ...), for the
             caller to interpret.
         Raises:
             StoreError: the store is closed, or the credentials cannot be loaded or refreshed (at once).
-            _RetriesExhausted: transient failures past the budget; ``ambiguous`` when ``write`` and some attempt
+            RetriesExhausted: transient failures past the budget; ``ambiguous`` when ``write`` and some attempt
                 may have been applied.
         """
-        if self._closed:
-            raise StoreError(f"GCS store {self.url} is closed")
+        self._check_open()
         fs = self._client()
-        start = time.monotonic()
-        ambiguous = False
-        attempt = 0
-        while True:
-            attempt += 1
-            self.counters.add(kind)
+
+        def attempt() -> _Reply:
             try:
                 reply = sync(fs.loop, self._send, fs, method, url, params, data, headers, reads_body)
             except _CredentialsFailed as exc:
@@ -398,23 +344,15 @@ class GCSStore(Store):
                     f"GCS {kind} of {self._where(path)}: no usable credentials ({exc}); give gcs.token (a "
                     "credentials file, or anon) or set up Google's credential chain")) from None
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-                failure: str = f"{type(exc).__name__}: {exc}"
-                ambiguous = ambiguous or (write and _maybe_sent(exc))
-            else:
-                if reply.status not in RETRYABLE_STATUS:
-                    return reply
-                failure = reply.describe()
-                ambiguous = ambiguous or (write and reply.status not in NOT_APPLIED_STATUS)
-            elapsed = time.monotonic() - start
-            delay = self._rng.uniform(0, min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1)))
-            if attempt >= self.max_attempts or elapsed + delay >= self.time_budget:
-                unknown = " (it may have been applied)" if ambiguous else ""
-                raise _RetriesExhausted(self._scrub(
-                    f"GCS {kind} of {self._where(path)} failed after {attempt} attempts in {elapsed:.1f}s{unknown}; "
-                    f"last error: {failure}"), ambiguous) from None
-            log.debug("GCS %s of %s attempt %d failed (%s); retrying", kind, self._where(path), attempt,
-                      failure.split(":", 1)[0])
-            time.sleep(delay)
+                raise TransientFailure(f"{type(exc).__name__}: {exc}", maybe_applied=_maybe_sent(exc),
+                                       name=type(exc).__name__) from None
+            if reply.status in RETRYABLE_STATUS:
+                detail = reply.describe()
+                raise TransientFailure(detail, maybe_applied=reply.status not in NOT_APPLIED_STATUS,
+                                       name=detail.split(":", 1)[0])
+            return reply
+
+        return self._retry(kind, path, attempt, write=write)
 
     async def _send(self, fs: Any, method: str, url: str, params: dict[str, str], data: bytes | None,
                     headers: dict[str, str] | None, reads_body: bool) -> _Reply:
@@ -435,9 +373,7 @@ class GCSStore(Store):
         return StoreError(self._scrub(f"GCS {kind} of {self._where(path)} failed: {reply.describe()}"))
 
     def _scrub(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return redact.scrub(text)
+        return redact.scrub(super()._scrub(text))
 
 
 class _CredentialsFailed(Exception):

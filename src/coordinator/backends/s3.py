@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import builtins
 import logging
-import random
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -43,9 +41,9 @@ from botocore.exceptions import (
 )
 from fsspec.asyn import sync
 
-from coordinator import redact
-from coordinator.errors import InvalidOptionError, StoreError
-from coordinator.store import TEMP_PREFIX, ObjectInfo, Store, StoreOptions, check_relative
+from coordinator.backends.cloud import CloudStore, RetriesExhausted, TransientFailure, parse_bucket_url
+from coordinator.errors import StoreError
+from coordinator.store import TEMP_PREFIX, ObjectInfo, StoreOptions
 
 __all__ = ["S3Store"]
 
@@ -71,14 +69,6 @@ RETRYABLE_CODES = frozenset(
 NOT_APPLIED_STATUS = frozenset({409, 429, 503})
 
 
-class _RetriesExhausted(StoreError):
-    """The retry budget ran out. ``ambiguous``: some attempt may have been applied by the store."""
-
-    def __init__(self, message: str, ambiguous: bool) -> None:
-        super().__init__(message)
-        self.ambiguous = ambiguous
-
-
 def parse_s3_url(url: str) -> tuple[str, str]:
     """Split ``s3://bucket/optional/prefix`` (or ``s3a://``) into the bucket and the key prefix (``""`` or ending
     in ``/``).
@@ -86,23 +76,10 @@ def parse_s3_url(url: str) -> tuple[str, str]:
     Raises:
         InvalidOptionError: not an s3 URL, no bucket, or a prefix with empty, ``.`` or ``..`` segments.
     """
-    for scheme in ("s3://", "s3a://"):
-        if url.startswith(scheme):
-            rest = url[len(scheme):]
-            break
-    else:
-        raise InvalidOptionError(f"store URL {url!r} is not an s3:// or s3a:// URL")
-    bucket, _, prefix = rest.partition("/")
-    if not bucket:
-        raise InvalidOptionError(f"store URL {url!r} names no bucket (expected s3://bucket/prefix)")
-    prefix = prefix.strip("/")
-    if prefix:
-        check_relative(prefix)
-        prefix += "/"
-    return bucket, prefix
+    return parse_bucket_url(url, ("s3://", "s3a://"), "an s3:// or s3a://")
 
 
-class S3Store(Store):
+class S3Store(CloudStore):
     """A store rooted at ``s3://bucket/prefix`` (see the module docstring for retries and failure reporting).
 
     Args:
@@ -120,6 +97,8 @@ class S3Store(Store):
         InvalidOptionError: a malformed URL or a non-positive limit.
     """
 
+    label = "S3"
+
     def __init__(
         self,
         url: str,
@@ -136,28 +115,13 @@ class S3Store(Store):
         self.bucket, self.prefix = parse_s3_url(url)  # before stripping: "s3://" names no bucket
         url = url.rstrip("/")
         super().__init__(url)
+        self._root = f"s3://{self.bucket}/{self.prefix}"
         opts = opts or StoreOptions()
-        for name, value in (
-            ("max_attempts", max_attempts),
-            ("time_budget", time_budget),
-            ("connect_timeout", connect_timeout),
-            ("read_timeout", read_timeout),
-            ("list_page_size", list_page_size),
-        ):
-            if value <= 0:
-                raise InvalidOptionError(f"S3 store option {name} must be positive, got {value!r}")
-        if backoff_base < 0 or backoff_max < 0:
-            raise InvalidOptionError("S3 store backoff must not be negative")
+        self._set_limits(max_attempts=max_attempts, time_budget=time_budget, connect_timeout=connect_timeout,
+                         read_timeout=read_timeout, backoff_base=backoff_base, backoff_max=backoff_max,
+                         list_page_size=list_page_size, page_limit=1000)
         self.endpoint = opts.endpoint
-        self.max_attempts = max_attempts
-        self.time_budget = time_budget
-        self.backoff_base = backoff_base
-        self.backoff_max = backoff_max
-        self.list_page_size = min(list_page_size, 1000)
-        # Scrubbing one- to three-character strings would mangle every message and hide nothing real.
-        self._secrets = tuple(s for s in (opts.key, opts.secret, opts.token) if s and len(s) >= 4)
-        redact.register(*self._secrets)
-        self._rng = random.Random()
+        self._set_secrets(opts.key, opts.secret, opts.token)
         region = opts.region or ("us-east-1" if opts.endpoint else None)
         client_kwargs: dict[str, Any] = {"region_name": region} if region else {}
         self._fs = s3fs.S3FileSystem(
@@ -194,10 +158,8 @@ class S3Store(Store):
             if _status(exc) == 412:
                 return self._read_back_equal(path, body)
             raise self._failure("put_if_absent", path, exc) from None
-        except _RetriesExhausted as exc:
-            if not exc.ambiguous:
-                raise
-            return self._read_back_equal(path, body, cause=exc)
+        except RetriesExhausted as exc:
+            return self._settle(path, body, exc)
         return True
 
     def put(self, path: str, data: bytes) -> None:
@@ -261,15 +223,12 @@ class S3Store(Store):
         out = sorted(n for n in names if start_after is None or n > start_after)
         return out if limit is None else out[:limit]
 
-    clock_resolution = 1.0
-
     def now(self) -> float:
         """The S3 service's clock: the ``Date`` of a one-key listing (one request, no write), in whole seconds.
 
         Raises:
             StoreError: the store failed past the retry budget, or sent no usable ``Date``.
         """
-        from email.utils import parsedate_to_datetime
 
         async def op(s3: Any) -> dict[str, Any]:
             reply: dict[str, Any] = await s3.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix + "_txn/",
@@ -280,10 +239,7 @@ class S3Store(Store):
             reply = self._call("list", "_txn/", op)
         except ClientError as exc:
             raise self._failure("list", "_txn/", exc) from None
-        date = reply.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
-        if not date:
-            raise StoreError(f"S3 endpoint of {self._where('')} sent no Date header to read its clock from")
-        return parsedate_to_datetime(date).timestamp()
+        return self._clock(reply.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date"))
 
     def list_dirs(self, prefix: str) -> builtins.list[str]:
         base = self._folder(prefix)
@@ -332,16 +288,6 @@ class S3Store(Store):
 
     # -- internals --------------------------------------------------------------------------------------------
 
-    def _key(self, path: str) -> str:
-        return self.prefix + check_relative(path)
-
-    def _folder(self, prefix: str) -> str:
-        prefix = prefix.strip("/")
-        return self.prefix + (check_relative(prefix) + "/" if prefix else "")
-
-    def _where(self, path: str) -> str:
-        return f"s3://{self.bucket}/{self.prefix}{path}"
-
     def _pages(
         self, prefix: str, base: str, *, delimiter: bool, start_after: str | None, limit: int | None
     ) -> builtins.list[dict[str, Any]]:
@@ -375,22 +321,16 @@ class S3Store(Store):
                 raise StoreError(f"S3 list of {self._where(prefix)} returned a truncated page without a token")
 
     def _call(self, kind: str, path: str, op: Callable[[Any], Awaitable[T]], *, write: bool = False) -> T:
-        """Run ``op`` against the S3 client with the retry loop; one counted request per attempt.
+        """Run ``op`` against the S3 client in the retry loop (:meth:`CloudStore._retry`).
 
         Raises:
-            StoreError: no credentials could be found (at once: retrying cannot find them).
+            StoreError: the store is closed, or no credentials could be found (at once: retrying cannot find them).
             ClientError: a non-retryable error reply (412, 404, 403, ...), for the caller to interpret.
-            _RetriesExhausted: transient failures past the budget; ``ambiguous`` when ``write`` and some attempt
+            RetriesExhausted: transient failures past the budget; ``ambiguous`` when ``write`` and some attempt
                 may have been applied.
         """
-        if self._closed:
-            raise StoreError(f"S3 store {self.url} is closed")
-        start = time.monotonic()
-        ambiguous = False
-        attempt = 0
-        while True:
-            attempt += 1
-            self.counters.add(kind)
+
+        def attempt() -> T:
             try:
                 return sync(self._fs.loop, self._invoke, op)
             except (NoCredentialsError, PartialCredentialsError) as exc:
@@ -402,24 +342,11 @@ class S3Store(Store):
             except ClientError as exc:
                 if not _retryable_reply(exc):
                     raise
-                failure: BaseException = exc
-                ambiguous = ambiguous or (write and _status(exc) not in NOT_APPLIED_STATUS)
+                raise _transient(exc, _status(exc) not in NOT_APPLIED_STATUS) from None
             except (TimeoutError, BotoCoreError, aiohttp.ClientError, OSError) as exc:
-                failure = exc
-                ambiguous = ambiguous or (write and _maybe_sent(exc))
-            elapsed = time.monotonic() - start
-            delay = self._rng.uniform(0, min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1)))
-            if attempt >= self.max_attempts or elapsed + delay >= self.time_budget:
-                detail = self._scrub(f"{type(failure).__name__}: {failure}")
-                unknown = " (it may have been applied)" if ambiguous else ""
-                raise _RetriesExhausted(
-                    f"S3 {kind} of {self._where(path)} failed after {attempt} attempts in {elapsed:.1f}s{unknown}; "
-                    f"last error: {detail}",
-                    ambiguous,
-                ) from None
-            log.debug("S3 %s of %s attempt %d failed (%s); retrying", kind, self._where(path), attempt,
-                      type(failure).__name__)
-            time.sleep(delay)
+                raise _transient(exc, _maybe_sent(exc)) from None
+
+        return self._retry(kind, path, attempt, write=write)
 
     async def _invoke(self, op: Callable[[Any], Awaitable[T]]) -> T:
         await self._fs.set_session()
@@ -427,11 +354,6 @@ class S3Store(Store):
 
     def _failure(self, kind: str, path: str, exc: ClientError) -> StoreError:
         return StoreError(self._scrub(f"S3 {kind} of {self._where(path)} failed: {_describe(exc)}"))
-
-    def _scrub(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return text
 
 
 def _status(exc: ClientError) -> int | None:
@@ -446,6 +368,10 @@ def _code(exc: ClientError) -> str:
 def _retryable_reply(exc: ClientError) -> bool:
     status = _status(exc) or 0
     return status >= 500 or status == 429 or _code(exc) in RETRYABLE_CODES
+
+
+def _transient(exc: BaseException, maybe_applied: bool) -> TransientFailure:
+    return TransientFailure(f"{type(exc).__name__}: {exc}", maybe_applied=maybe_applied, name=type(exc).__name__)
 
 
 def _maybe_sent(exc: BaseException) -> bool:
