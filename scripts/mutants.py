@@ -238,6 +238,14 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_damage.py::test_repair_log_keeps_a_lost_compaction_as_a_change_of_no_row",),
         "G8: a damaged entry whose compaction record is missing stops every reader though nothing of it is lost"),
     Mutant(
+        "rebuild-ignores-compacted-parts", "coordinator/logstaged.py",
+        "            if tp not in files and (merged := self._compacted(txn, tp, state.partition(*tp).end)) is not "
+        "None:",
+        "            if tp not in files and (merged := None) is not None:",
+        ("tests/test_damage.py::test_repair_log_takes_a_compacted_part_of_an_unrecorded_commit_from_the_compaction_"
+         "that_retired_it",),
+        "G8: a commit part a later compaction merged and GC deleted stops the repair though the replace names it"),
+    Mutant(
         "sink-commit-deletes-on-fenced", "txnsink/batch.py",
         "result = coord.commit(self.ident, self.txn, segs, app=app, end_producer=self.ephemeral)",
         "result = coord.commit(self.ident, self.txn, segs, app=app, end_producer=self.ephemeral) if "

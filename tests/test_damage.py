@@ -406,6 +406,33 @@ def test_repair_log_keeps_a_lost_compaction_as_a_change_of_no_row(backend: Backe
     assert list(ti.verify(backend.open())) == []
 
 
+def test_repair_log_takes_a_compacted_part_of_an_unrecorded_commit_from_the_compaction_that_retired_it(
+        backend: Backend) -> None:
+    """As above, and since then a compaction merged the commit's segment in one partition and GC deleted it: the
+    compaction's ``replace`` names the file and the rows its commit had there, so the entry is still rebuilt."""
+    from coordinator.maintenance import compact_partition, gc_partition
+
+    make_topic(backend.open(), partitions=2)
+    p = producer(backend, "p")
+    commit(p, [1, 2], partitions=(0, 1))
+    seq = fresh_state(backend).seq + 1
+    commit(p, [3, 4, 5, 6], partitions=(0, 1))  # entry seq
+    commit(producer(backend, "q"), [7, 8], partitions=(0, 1))
+    store = backend.open()
+    for part in (0, 1):
+        store.delete(marker_path("t", part, 1))  # entry seq's records: never written
+    coord = TransactionCoordinator(backend.open())
+    assert compact_partition(coord, "t", 1).merged_groups == 1
+    gc_partition(TransactionCoordinator(store), "t", 1, grace_ms=0, now=(store.now() + 3600) * 1000)
+    assert not [n for n in store.list("topics/t/1/data") if n.startswith("p.0.0.1~")]  # merged, then deleted
+    want = read(backend)
+    flip(store, txn_log_path(seq))
+    [obj] = TransactionCoordinator(backend.open()).repair_log(execute=True).objects
+    assert obj.action == "rebuild", obj.why
+    assert read(backend) == want
+    assert list(ti.verify(backend.open())) == []
+
+
 def test_repair_log_refuses_staged_files_that_do_not_end_where_the_next_record_starts(backend: Backend) -> None:
     """The same, with one more staged file of the commit in that partition than it published (as a stray file
     would be): the completion would not end where the next record starts, so the entry is not rebuilt from it."""

@@ -121,7 +121,8 @@ def rebuild_entry(store: Store, seq: int, before: CoordinatorState, *, later: Se
     offsets_unknown: list[str] = []
     touched_later = {(t, p) for e in later for t, p, _idx in e.touched}
     staged = StagedCopies(store, [tp for tp in sorted(set(partitions) | set(before.partitions))
-                                  if tp not in found and tp not in touched_later] + sorted(lacking))
+                                  if tp not in found and tp not in touched_later] + sorted(lacking),
+                          seq=seq, later=later)
     if lacking and (txn := unrecorded_commit(before, staged, sorted(lacking), {k[1] for k in order if k[0] == "c"},
                                              notes.assumed)):
         order.append(("c", txn, -1, -1))

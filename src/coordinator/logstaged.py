@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from coordinator import parallel
 from coordinator.layout import data_dir
-from coordinator.records import MarkerSegment, PartAssign
+from coordinator.records import LogEntry, MarkerSegment, PartAssign, ReplaceItem
 from coordinator.segments import decode_segment
 from coordinator.state import CoordinatorState
 from coordinator.store import Store
@@ -36,10 +36,15 @@ class StagedCopies:
     """The staged files of the partitions ``unrecorded`` (no record after the state before the entry, and no later
     entry touched them), listed once on first use."""
 
-    def __init__(self, store: Store, unrecorded: Sequence[tuple[str, int]]) -> None:
+    def __init__(self, store: Store, unrecorded: Sequence[tuple[str, int]], *, seq: int = -1,
+                 later: Sequence[LogEntry] = ()) -> None:
         self.store = store
         self.unrecorded = list(unrecorded)
         self._names: dict[tuple[str, int], list[str]] | None = None
+        #: the damaged entry and the readable entries after it: a compaction there may have merged (and GC since
+        #: deleted) a staged file, and its ``replace`` names it and the rows its commit had
+        self.seq = seq
+        self.later = list(later)
 
     def _listed(self) -> dict[tuple[str, int], list[str]]:
         if self._names is None:
@@ -69,13 +74,38 @@ class StagedCopies:
             StoreError: the store failed.
         """
         parts = []
-        for (topic, p), paths in sorted(self.files_of(txn).items()):
+        files = self.files_of(txn)
+        for (topic, p), paths in sorted(files.items()):
             segments = []
             for path in paths:
                 data = self.store.get(path)
                 segments.append(MarkerSegment(path, decode_segment(data, path).num_rows, len(data), zlib.crc32(data)))
             parts.append(PartAssign(topic, p, state.partition(topic, p).end, tuple(segments)))
-        return parts
+        for tp in self.unrecorded:
+            if tp not in files and (merged := self._compacted(txn, tp, state.partition(*tp).end)) is not None:
+                parts.append(PartAssign(tp[0], tp[1], state.partition(*tp).end, (merged,)))
+        return sorted(parts, key=lambda a: (a.topic, a.partition))
+
+    def _compacted(self, txn: str, tp: tuple[str, int], base: int) -> MarkerSegment | None:
+        """``txn``'s one segment in partition ``tp`` as a later compaction names it, when GC has deleted the file
+        since: the ``replace`` lists its path, and its run of the damaged entry, starting at ``base``, gives its rows
+        (its size and checksum are not known; the replace retires it, so nobody reads it). None when no later
+        compaction names exactly one such file."""
+        for e in self.later:
+            for item in e.items:
+                if not isinstance(item, ReplaceItem) or (item.topic, item.partition) != tp:
+                    continue
+                mine = [path for path in item.replaces
+                        if (m := _SEQ_NAME.match(path.rsplit("/", 1)[-1])) is not None and m.group("txn") == txn]
+                if not mine:
+                    continue
+                starts = sorted(r[0] for r in item.runs) + [item.end]
+                run = [r for r in item.runs if r[2] == self.seq and r[0] == base]
+                if len(mine) != 1 or len(run) != 1:
+                    return None
+                end = min(x for x in starts if x > base)
+                return MarkerSegment(mine[0], end - base, 0, 0)
+        return None
 
 
 def sequences(txn: str, parts: Sequence[PartAssign]) -> dict[str, int]:
