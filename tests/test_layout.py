@@ -31,11 +31,16 @@ def module_files(package: str) -> list[Path]:
 
 
 def test_the_store_contract_imports_no_backend_and_no_backend_imports_the_factory() -> None:
+    """Backends import the contract and, the cloud ones, what they share (``backends.cloud``), never each other."""
     contract = imports_of(SRC / "coordinator" / "store.py")
     assert not {m for m in contract if m.startswith(("coordinator.backends", "coordinator.store_factory"))}
     for backend in module_files("coordinator.backends"):
         assert "coordinator.store_factory" not in imports_of(backend), backend
-        assert not {m for m in imports_of(backend) if m.startswith("coordinator.backends.")}, backend
+        others = {m for m in imports_of(backend) if m.startswith("coordinator.backends.")
+                  and not m.startswith("coordinator.backends.cloud")}
+        assert not others, (backend, others)
+    assert not {m for m in imports_of(SRC / "coordinator" / "backends" / "cloud.py")
+                if m.startswith("coordinator.backends.")}
 
 
 @pytest.mark.parametrize("name", CORE)
