@@ -64,6 +64,7 @@ class _Paused(LostReplyStore):
         return data
 
     def list(self, prefix: str, start_after: str | None = None, limit: int | None = None) -> builtins.list[str]:
+        self.before("list", prefix)
         names = super().list(prefix, start_after, limit)
         self.after("list", prefix)
         return names
@@ -404,10 +405,10 @@ class _LoseOnePausedAfter(_Paused):
 
 def test_a_commit_whose_entry_reply_was_lost_is_never_answered_fenced_after_a_truncation_and_expiry() -> None:
     """G5/G7 (found by the widened histories, seed 10113). A commit's entry is created but its reply lost
-    (``CommitStateUnknownError``); learning the outcome, the process pauses inside its listing of the log while
-    others move the log on, truncate past that entry and expire the producer's id. The deciding entry is gone and
-    the state forgot the producer: the answer must be the decision or ``CommitStateUnknownError``, never
-    ``ProducerFencedError`` for a transaction every reader sees."""
+    (``CommitStateUnknownError``); learning the outcome, the process pauses before the listing that would prove
+    what it read, while others move the log on, truncate past that entry and expire the producer's id. The
+    deciding entry is gone and the state forgot the producer: the answer must be the decision or
+    ``CommitStateUnknownError``, never ``ProducerFencedError`` for a transaction every reader sees."""
     url = _memory()
     net = _LoseOnePausedAfter(open_store(url))
     p = Producer(net, "lost", coordinator=TransactionCoordinator(net, checkpoint_interval=0))
@@ -420,7 +421,8 @@ def test_a_commit_whose_entry_reply_was_lost_is_never_answered_fenced_after_a_tr
         assert "lost" in TransactionCoordinator(open_store(url)).expire_transactional_ids(now=far)
 
     pause = _once(expire_too)
-    net.after = lambda kind, path: pause() if kind == "list" and path == TXN_LOG and not net.armed else None
+    # paused before it lists the checkpoints that would prove what it read: the proof then sees the truncation
+    net.before = lambda kind, path: pause() if kind == "list" and path == TXN_CHECKPOINT and not net.armed else None
     p.begin_transaction()
     p.send("t", [{"v": "lost"}])
     try:
