@@ -205,7 +205,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "G2: a stray staged file is published into a rebuilt commit whose offsets then overlap the next record's"),
     Mutant(
         "ack-before-second-copy", "coordinator/coordinator.py",
-        "                self.log.secure_records(out.seq, set(offsets))",
+        "                self.log.secure_records(out.seq, out.item)",
         "                pass",
         ("tests/test_damage.py::test_a_commit_is_acknowledged_only_once_its_partition_records_hold_a_second_copy",
          f"{_NO_LOSS}::test_commit_past_its_commit_point_is_never_reported_failed_when_its_records_cannot_be_written"),
@@ -219,8 +219,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "G5: a replay answered already committed acknowledges a commit whose log entry is its only copy"),
     Mutant(
         "rebuild-ignores-later-bases", "coordinator/logmissing.py",
-        "                   known_end := later_base(later, tp)) is None else known_end",
-        "                   known_end := None) is None else known_end",
+        "            end = later_base(later, tp)\n",
+        "            end = None\n",
         ("tests/test_damage.py::test_repair_log_finds_a_commit_no_record_names_from_its_staged_files_and_the_"
          "entries_after_it",),
         "G8: an entry whose records are missing, with later entries whose records are missing too, is not rebuilt"),

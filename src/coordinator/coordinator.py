@@ -313,8 +313,7 @@ class TransactionCoordinator:
             offsets = {}
             if isinstance(out.item, CommitItem):
                 offsets = {(p.topic, p.partition): (p.base, p.base + p.rows) for p in out.item.parts if p.rows}
-            if offsets:
-                self.log.secure_records(out.seq, set(offsets))
+                self.log.secure_records(out.seq, out.item)
             return CommitResult(req.txn, out.seq, offsets)
         if out.status == "already_committed":
             self._secure_earlier(req)
@@ -333,9 +332,7 @@ class TransactionCoordinator:
             return
         seen = self.log.decision("c-" + meta.txn)
         if seen is not None and isinstance(seen[0], CommitItem):
-            parts = {(p.topic, p.partition) for p in seen[0].parts if p.rows}
-            if parts:
-                self.log.secure_records(seen[1], parts)
+            self.log.secure_records(seen[1], seen[0])
 
     def abort(self, ident: ProducerIdentity, txn: str, *, reason: str = "aborted by producer",
               end_producer: bool = False, staged: Iterable[SegmentRef] = (),

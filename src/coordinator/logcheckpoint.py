@@ -30,7 +30,7 @@ from coordinator.layout import (
     txn_checkpoint_path,
 )
 from coordinator.partrecords import PartitionRecord, records_of
-from coordinator.records import FORMAT_VERSION, LogEntry, encode_json
+from coordinator.records import FORMAT_VERSION, CommitItem, LogEntry, encode_json
 from coordinator.state import CoordinatorState
 from coordinator.store import Store
 
@@ -139,18 +139,20 @@ class LogCheckpoints:
         with self._lock:
             self._written.add(entry.seq)
 
-    def secure_records(self, seq: int, parts: set[tuple[str, int]]) -> None:
-        """Make sure a second copy of a commit decided at entry ``seq`` is durable before it is acknowledged: the
-        partition records entry ``seq`` defines for ``parts`` exist (written by this process, found, or written
-        now). An entry a checkpoint covers needs nothing (the checkpoint holds its decisions). Without this, one
-        damaged entry could take an acknowledged commit away (see ``docs/design.md``, "Damaged log objects").
+    def secure_records(self, seq: int, item: CommitItem) -> None:
+        """Make sure a second copy of commit ``item``, decided at entry ``seq``, is durable before it is
+        acknowledged: the partition records entry ``seq`` defines where it published rows exist (written by this
+        process, found, or written now). An entry a checkpoint covers needs nothing (the checkpoint holds its
+        decisions). Without this, one damaged entry could take an acknowledged commit away (see
+        ``docs/design.md``, "Damaged log objects").
 
         Raises:
             CommitStateUnknownError: the records could not be written after :data:`RECORD_ATTEMPTS` attempts (the
                 commit is decided; committing again finishes the records and answers).
         """
+        parts = {(p.topic, p.partition) for p in item.parts if p.rows}
         with self._lock:
-            if seq in self._written or seq <= self.checkpoint_seq:
+            if not parts or seq in self._written or seq <= self.checkpoint_seq:
                 return
         last: BaseException | None = None
         for attempt in range(RECORD_ATTEMPTS):

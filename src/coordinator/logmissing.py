@@ -59,8 +59,9 @@ def records_of_entry(store: Store, seq: int, before: CoordinatorState, later: Se
             what = "missing" if rec is None else f"damaged too ({rec})"
             problem = (f"partition record {path}, which entry {seq} wrote (the entries after it continue at record "
                        f"{first_later}), is {what}: the commits of entry {seq} there have no copy")
-            end = (next_base(store, tp, first_later) if rec is None else None) if (
-                   known_end := later_base(later, tp)) is None else known_end
+            end = later_base(later, tp)
+            if end is None and rec is None:
+                end = next_base(store, tp, first_later)
             if end is None:
                 return problem
             lacking[tp] = (problem, end)
