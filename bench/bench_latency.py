@@ -28,6 +28,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import pyarrow as pa  # noqa: E402
+from bench_scale import table  # noqa: E402
 from latency_store import LatencyStore  # noqa: E402
 
 from coordinator import Consumer, MemoryStore, Producer, create_topic, open_store  # noqa: E402
@@ -35,16 +36,6 @@ from coordinator import Consumer, MemoryStore, Producer, create_topic, open_stor
 SCHEMA = pa.schema([("v", pa.int64())])
 PARTITIONS = 16
 POLL_EVERY_S = 0.010
-
-
-def table(title: str, rows: list[dict[str, Any]]) -> None:
-    print(f"\n{title}")
-    if not rows:
-        return
-    cols = list(rows[0])
-    print(" | ".join(cols))
-    for r in rows:
-        print(" | ".join(f"{r[c]:.1f}" if isinstance(r[c], float) else str(r[c]) for c in cols))
 
 
 # -- 1. one poll after N commits ---------------------------------------------------------------------------------------
