@@ -3,12 +3,14 @@ S3-like latency per request (``latency_store.LatencyStore``: PUT 30, GET 15, LIS
 
 1. serial round trips, requests, wall and CPU time of one consumer poll after N new one-row commits spread over 16
    partitions (memory store, one process; the consumer has read everything before and found nothing new);
-2. end-to-end latency: one producer process committing a one-row transaction every ``--interval`` ms, one consumer
-   process polling every 10 ms (``poll(0)``, then a 10 ms sleep), both on the same local folder; a record's latency
-   is from just before the producer's ``send`` to the poll that returned it (one machine, one clock); also shown,
-   from the record's commit time (``_timestamp``: the store's time the committing writer puts in its entry).
+2. end-to-end latency: N producer processes (``--producers``, 1 and 16 by default), each on its own partition,
+   each committing a one-row transaction every ``--interval`` ms, one consumer process polling every 10 ms
+   (``poll(0)``, then a 10 ms sleep), all on the same local folder; a record's latency is from just before the
+   producer's ``send`` to the poll that returned it (one machine, one clock); also shown, from the record's commit
+   time (``_timestamp``: the store's time the committing writer puts in its entry); and the commits/s achieved.
 
     python bench/bench_latency.py [--commits 1,10,40] [--rounds 3] [--seconds 20] [--interval 100] [--only 1,2]
+                                  [--producers 1,16]
 
 Prints one table per measure.
 """
@@ -71,11 +73,11 @@ def poll_round_trips(commits: int) -> dict[str, Any]:
 # -- 2. end to end -----------------------------------------------------------------------------------------------------
 
 
-def _producer_main(url: str, ready: Any, go: Any, seconds: float, interval: float, out: Any) -> None:
-    p = Producer(LatencyStore(open_store(url)), "w")
+def _producer_main(url: str, i: int, ready: Any, go: Any, seconds: float, interval: float, out: Any) -> None:
+    p = Producer(LatencyStore(open_store(url)), f"w{i}")
     p.init_transactions()
     with p.transaction():  # warm up: imports, encoders, the log's view
-        p.send("t", [{"v": 0}], partition=0)
+        p.send("t", [{"v": 0}], partition=i)
     ready.release()
     start = go.get()
     go.put(start)
@@ -89,10 +91,10 @@ def _producer_main(url: str, ready: Any, go: Any, seconds: float, interval: floa
             time.sleep(due - time.time())
         t0 = time.monotonic()
         with p.transaction():
-            p.send("t", [{"v": time.time_ns() // 1000}], partition=0)
+            p.send("t", [{"v": time.time_ns() // 1000}], partition=i)
         commit_s.append(time.monotonic() - t0)
         n += 1
-    out.put(("producer", commit_s))
+    out.put((f"producer {i}", commit_s))
 
 
 def _consumer_main(url: str, ready: Any, go: Any, seconds: float, out: Any) -> None:
@@ -124,13 +126,16 @@ def _pct(xs: list[float], q: int) -> float:
     return statistics.quantiles(xs, n=100, method="inclusive")[q - 1]
 
 
-def end_to_end(seconds: float, interval_ms: float) -> dict[str, Any]:
+def end_to_end(seconds: float, interval_ms: float, producers: int = 1) -> dict[str, Any]:
+    """One process per producer, each on its own partition, each committing a one-row transaction every
+    ``interval_ms`` (or as soon as its previous commit returns, when that took longer), and one consumer process."""
     with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR", "/tmp")) as d:
         url = "file://" + d
-        create_topic(open_store(url), "t", SCHEMA, 1)
+        create_topic(open_store(url), "t", SCHEMA, producers)
         ready, go, out = mp.Semaphore(0), mp.Queue(), mp.Queue()
-        procs = [mp.Process(target=_producer_main, args=(url, ready, go, seconds, interval_ms / 1000, out)),
-                 mp.Process(target=_consumer_main, args=(url, ready, go, seconds, out))]
+        procs = [mp.Process(target=_producer_main, args=(url, i, ready, go, seconds, interval_ms / 1000, out))
+                 for i in range(producers)]
+        procs.append(mp.Process(target=_consumer_main, args=(url, ready, go, seconds, out)))
         for pr in procs:
             pr.start()
         for _ in procs:
@@ -139,11 +144,13 @@ def end_to_end(seconds: float, interval_ms: float) -> dict[str, Any]:
         got = dict(out.get() for _ in procs)
         for pr in procs:
             pr.join()
-        commit_s = got["producer"]
+        commit_s = sorted(x for k, v in got.items() if k.startswith("producer") for x in v)
         from_send, from_commit, polls = got["consumer"]
-        return {"commits": len(commit_s), "received": len(from_send), "polls": polls,
-                "commit_p50_ms": 1000 * statistics.median(commit_s), "e2e_p50_ms": _pct(from_send, 50),
-                "e2e_p99_ms": _pct(from_send, 99), "e2e_max_ms": max(from_send, default=float("nan")),
+        return {"producers": producers, "wanted_per_s": producers * 1000 / interval_ms,
+                "commits_per_s": len(commit_s) / seconds, "received": len(from_send), "polls": polls,
+                "commit_p50_ms": 1000 * statistics.median(commit_s), "commit_p99_ms": 1000 * _pct(commit_s, 99),
+                "e2e_p50_ms": _pct(from_send, 50), "e2e_p99_ms": _pct(from_send, 99),
+                "e2e_max_ms": max(from_send, default=float("nan")),
                 "after_commit_time_p50_ms": _pct(from_commit, 50), "after_commit_time_p99_ms": _pct(from_commit, 99)}
 
 
@@ -154,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--interval", type=float, default=100.0, help="ms between two commits of the producer")
     ap.add_argument("--rounds", type=int, default=3, help="runs of measure 1 per N")
     ap.add_argument("--only", default="1,2", help="which measures to run")
+    ap.add_argument("--producers", default="1,16", help="producer processes of measure 2, one run per number")
     args = ap.parse_args(argv)
     only = set(args.only.split(","))
     print(f"latency (ms) {LatencyStore(MemoryStore('memory://x')).latency_ms}")
@@ -165,8 +173,9 @@ def main(argv: list[str] | None = None) -> int:
         table(f"1. one consumer poll after N one-row commits over {PARTITIONS} partitions (memory store; the run of "
               f"median wall time of {args.rounds})", rows)
     if "2" in only:
-        table(f"2. end to end, one producer process (a commit every {args.interval:.0f} ms), one consumer process "
-              f"(a poll every {1000 * POLL_EVERY_S:.0f} ms), local folder", [end_to_end(args.seconds, args.interval)])
+        table(f"2. end to end, producer processes each on its own partition (a commit every {args.interval:.0f} ms "
+              f"each), one consumer process (a poll every {1000 * POLL_EVERY_S:.0f} ms), local folder",
+              [end_to_end(args.seconds, args.interval, int(n)) for n in args.producers.split(",")])
     return 0
 
 

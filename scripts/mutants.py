@@ -211,6 +211,26 @@ MUTANTS: tuple[Mutant, ...] = (
          f"{_NO_LOSS}::test_commit_past_its_commit_point_is_never_reported_failed_when_its_records_cannot_be_written"),
         "G5: a commit is acknowledged while its log entry is its only copy (one damaged entry takes it away)"),
     Mutant(
+        "records-taken-as-found", "coordinator/logcheckpoint.py",
+        "if marker_path(r.topic, r.partition, r.idx) not in self._records_found]",
+        "if False]",
+        ("tests/test_damage.py::test_a_commit_is_acknowledged_only_once_its_partition_records_hold_a_second_copy",),
+        "G5: a committer acknowledges a commit whose partition records it never found nor wrote"),
+    Mutant(
+        "read-ahead-applies-unlinked-entry", "coordinator/txnlog.py",
+        "if entry is None or isinstance(entry, CorruptLogError) or not self._links(entry):",
+        "if entry is None or isinstance(entry, CorruptLogError):",
+        ("tests/test_serving.py::test_entries_read_ahead_are_applied_only_while_each_links_to_the_one_before"
+         "[memory]",),
+        "G1/G5: an entry read ahead that does not name the one before it (a ghost) is applied as the log's"),
+    Mutant(
+        "early-intents-listing-fails-commit", "coordinator/groupcommit.py",
+        "except TxnLogError:  # only a listing made early: this try makes its own",
+        "except ZeroDivisionError:  # only a listing made early: this try makes its own",
+        ("tests/test_serving.py::test_a_failed_listing_of_intents_made_while_staging_does_not_fail_the_commit"
+         "[memory]",),
+        "G7: a store error of a listing made ahead of time (even in another life of the process) fails the commit"),
+    Mutant(
         "replay-acks-before-second-copy", "coordinator/coordinator.py",
         "            self._secure_earlier(req)",
         "            pass",

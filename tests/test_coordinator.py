@@ -23,6 +23,7 @@ from coordinator import (
     TopicNotFoundError,
     TransactionCoordinator,
     create_topic,
+    parallel,
     read_snapshot,
     stage_segment,
 )
@@ -504,6 +505,7 @@ def test_a_fenced_producers_abort_intent_decided_after_its_fence_is_rejected(bac
     _wait_as_intent(store, fence, zombie)
     with other.transaction():
         other.send("t", rows([100], "other"))
+    assert parallel.drain(30)  # the writer serves the queue on a thread of its own after answering its caller
     seen, fenced_by = other.coordinator.log.decision(zombie.id), other.coordinator.log.decision(fence.id)
     assert seen is not None and fenced_by is not None
     assert isinstance(seen[0], RejectItem) and seen[0].code == "fenced"
@@ -531,6 +533,7 @@ def test_two_attempts_at_one_application_version_decided_in_one_entry_commit_onc
     _wait_as_intent(store, *attempts)
     with other.transaction():
         other.send("t", rows([100], "other"))
+    assert parallel.drain(30)  # the writer serves the queue on a thread of its own after answering its caller
     first = other.coordinator.log.decision(attempts[0].id)
     assert first is not None and isinstance(first[0], CommitItem)
     assert backend.coordinator().log.refresh().apps["q1"].token == "first"

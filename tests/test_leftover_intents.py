@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from coordinator import Producer
+from coordinator import Producer, parallel
 from coordinator.decisions import InitRequest, request_bytes
 from coordinator.layout import TXN_INTENTS, intent_path
 from core_helpers import Backend, committed_ids, make_topic, rows
@@ -50,6 +50,7 @@ def test_a_leftover_init_intent_read_from_a_checkpoint_does_not_fence_the_restar
     other = backend.coordinator()  # opens from the checkpoint: the deciding entry is out of its view
     assert other.log.decision(rid) is None and other.log.refresh().seq == writer.state.seq
     other.init_producer("someone-else")  # its entry decides every waiting intent
+    assert parallel.drain(30)  # (the writer serves the queue on a thread of its own after answering its caller)
 
     meta = backend.coordinator().log.refresh().producers["etl"]
     assert (meta.pid, meta.epoch) == (ident.pid, ident.epoch)

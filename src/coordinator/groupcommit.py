@@ -49,6 +49,7 @@ from coordinator.layout import (
 )
 from coordinator.probe import probe_conditional_writes
 from coordinator.records import FORMAT_VERSION, Item, LogEntry, decode_json, encode_json, item_partitions
+from coordinator.serving import HandedOver, Serving
 from coordinator.state import CoordinatorState
 from coordinator.store import Store
 
@@ -104,7 +105,7 @@ def ensure_format(store: Store) -> None:
 
 
 
-class GroupCommit:
+class GroupCommit(Serving):
     """Submitting requests and serving the queue of intents (see the module docstring); a mixin of
     :class:`~coordinator.txnlog.TransactionLog`."""
 
@@ -123,6 +124,8 @@ class GroupCommit:
         _waited: OrderedDict[str, int]
         _jumped_at: int
         _probed: bool
+        _intents_ahead: tuple[float, Callable[[], list[str]]] | None
+        _read_ahead: Callable[[list[LogEntry]], list[Callable[[], object]]] | None
 
         # reading the log (TransactionLog)
         def _open(self) -> None: ...
@@ -141,8 +144,38 @@ class GroupCommit:
         def _after_win_later(self, entry: LogEntry, decided: list[str]) -> Callable[[], None]: ...
         def _write_records(self, entry: LogEntry) -> None: ...
         def _delete_quietly(self, paths: list[str]) -> None: ...
+        def _records_ahead(self, request: str) -> Callable[[list[LogEntry]], list[Callable[[], object]]]: ...
         def _checkpoint_due(self, seq: int) -> bool: ...
         def _checkpoint_quietly(self, seq: int) -> None: ...
+
+    def list_intents_ahead(self) -> None:
+        """Start listing ``_txn/intents/`` now, for a request about to be submitted whose caller first has other
+        requests to make (a producer staging its last segment): the first try of the next :meth:`submit` within
+        :data:`JUST_READ_S` uses this listing instead of making its own. Only a matter of time: a listing made
+        earlier misses only intents written since, which the next entry decides."""
+        if not self.group_commit:
+            return
+        with self._lock:
+            if self._intents_ahead is None:
+                self._intents_ahead = (time.monotonic(), parallel.start(lambda: self.store.list(TXN_INTENTS)))
+
+    def _intents_listing(self, fresh: bool) -> Callable[[], list[str]]:
+        """The listing of ``_txn/intents/`` for a try (caller holds the lock): the one started ahead, if this is a
+        first try and it started within :data:`JUST_READ_S`, else a new one."""
+        ahead, self._intents_ahead = self._intents_ahead, None
+        if ahead is not None:
+            if fresh and time.monotonic() - ahead[0] < JUST_READ_S:
+                started = ahead[1]
+
+                def listing() -> list[str]:
+                    try:
+                        return started()
+                    except TxnLogError:  # only a listing made early: this try makes its own
+                        return self.store.list(TXN_INTENTS)
+
+                return listing
+            self._finish_listing(ahead[1])
+        return parallel.start(lambda: self.store.list(TXN_INTENTS))
 
     def submit(self, req: Request) -> Outcome:
         """Get ``req`` decided.
@@ -178,11 +211,21 @@ class GroupCommit:
         last_seq, idle = -2, 0
         # waiters that saw the log stand still at the same moment do not all take over at once
         patience = IDLE_POLLS + random.randint(0, IDLE_POLLS)
+        if intentable and req.id not in self._waited:
+            # a first try while this process serves the queue: the serving thread's next round decides it
+            result = self._handed_over(req)
+            if result is not None:
+                return result
         while True:
             try:
                 if wrote_intent and idle < patience:
                     with self._lock:
-                        self._catch_up()
+                        # the records of the entry deciding req are looked for while it is proven
+                        self._read_ahead = self._records_ahead(req.id)
+                        try:
+                            self._catch_up()
+                        finally:
+                            self._read_ahead = None
                         won, result = None, self._outcome(req, since=intent_seq)
                 else:
                     won, result, queued = self._attempt(req, intentable, queue=intentable and not wrote_intent,
@@ -206,9 +249,11 @@ class GroupCommit:
                     parallel.background(functools.partial(self._delete_quietly, [intent_path(req.id)]))
                 if won is not None:
                     if intentable and (won[1] or wrote_intent):
-                        # others are waiting: keep the log moving for them at once; this entry's records are
-                        # written meanwhile and waited for before returning
-                        self._serve([self._after_win_later(*won)])
+                        # others are waiting: keep the log moving for them at once, on a thread of its own, while
+                        # this entry's records are written (the caller is answered once they are)
+                        own = self._after_win_later(*won)
+                        self._serve_in_background()
+                        self._join([own])
                     else:
                         self._after_win(*won)
                 return result
@@ -256,6 +301,34 @@ class GroupCommit:
             else:
                 time.sleep(random.uniform(0, min(0.2, 0.002 * 2 ** min(attempt, 10))))
 
+    def _handed_over(self, req: Request) -> Outcome | None:
+        """Have this process's serving thread decide ``req`` (see :mod:`coordinator.serving`); None when no thread
+        serves, or it stopped before deciding ``req`` (the caller then tries itself).
+
+        Raises:
+            CommitStateUnknownError: the entry that may decide ``req`` was created but could not be proven, and the
+                log cannot be read to learn whether it decided it.
+            StoreError, CorruptLogError: the same, when the store or log failed otherwise.
+        """
+        handed = self._hand_over(req)
+        if handed is None:
+            return None
+        if not handed.done.wait(SUBMIT_BUDGET_S):
+            raise CommitStateUnknownError(f"request {req.id} was handed to this process's serving thread, which did "
+                                          f"not answer within {SUBMIT_BUDGET_S:.0f} s; it may still decide it")
+        if handed.error is not None:
+            if isinstance(handed.error, faults.InjectedCrash):
+                raise handed.error
+            readable, result = self._learn(req)
+            if not readable:
+                raise CommitStateUnknownError(
+                    f"the entry that may decide request {req.id} could not be proven the log's, and the log cannot "
+                    f"be read: {handed.error}") from handed.error
+            return result
+        if handed.outcome is not None:
+            self._waited.pop(req.id, None)
+        return handed.outcome
+
     def _served(self, seq: int) -> bool:
         """Whether entry ``seq`` (read) decided several requests: its writer is serving the queue."""
         entry = self._recent.get(seq)
@@ -287,7 +360,7 @@ class GroupCommit:
             writer took the entry (``queued`` False) or others wait (``queued`` True).
         """
         with self._lock:
-            listing = parallel.start(lambda: self.store.list(TXN_INTENTS)) if intentable else None
+            listing = self._intents_listing(fresh) if intentable else None
             try:
                 if not self._opened:
                     self._open()
@@ -344,22 +417,31 @@ class GroupCommit:
                             if self._served(self.state.seq):
                                 return  # another writer serves the queue now: two would only race each other
                         others = self._waiting(names, "")
-                        # committers decided by the last entry come back with their next commit soon: a queue
-                        # that is empty for a moment is looked at a few more times before serving stops
-                        empty = 0 if others else empty + 1
-                        if empty > SERVE_EMPTY_LOOKS:
-                            return
-                        # An intent listed now but decided by the entry created below is filtered out next round
-                        # (it is decided in the state by then); one written later is in the next listing.
-                        listing = self._prefetch()
-                        won = self._append(others) if others else None
-                    if not others:
+                        handed = self._take_handed()
+                        try:
+                            # committers decided by the last entry come back with their next commit soon: a queue
+                            # that is empty for a moment is looked at a few more times before serving stops
+                            empty = 0 if others or handed else empty + 1
+                            if empty > SERVE_EMPTY_LOOKS:
+                                return
+                            # An intent listed now but decided by the entry created below is filtered out next
+                            # round (it is decided in the state by then); one written later is in the next listing.
+                            listing = self._prefetch()
+                            if handed:
+                                self._waited.update((h.req.id, self.state.seq) for h in handed)
+                            won = self._append([h.req for h in handed] + others) if others or handed else None
+                        except BaseException as exc:
+                            for h in handed:  # they learn from the log whether the entry decided them
+                                h.answer(error=exc)
+                            raise
+                    if not (others or handed):
                         time.sleep(POLL_S)
                         continue
                 except TxnLogError as exc:
                     log.debug("stopped appending for waiting intents: %s", exc)
                     return
                 if won is None:
+                    self._give_back(handed)
                     # One lost race is usually a committer's direct first try, which serves nobody: keep serving.
                     # Losing twice in a row means another writer is serving the queue now.
                     lost += 1
@@ -368,7 +450,7 @@ class GroupCommit:
                     continue
                 lost = 0
                 entry, decided = won
-                pending.append(parallel.background(functools.partial(self._write_records, entry)))
+                pending.append(parallel.background(functools.partial(self._records_then_answer, entry, handed)))
                 if decided:
                     parallel.background(functools.partial(self._delete_quietly, [intent_path(r) for r in decided]))
                 if self._checkpoint_due(entry.seq):
@@ -377,6 +459,14 @@ class GroupCommit:
         finally:
             self._finish_listing(listing)
             self._join(pending)
+
+    def _records_then_answer(self, entry: LogEntry, handed: list[HandedOver]) -> None:
+        """Write the records of ``entry`` (a served round's), then answer the requests handed over that it decided
+        (their callers check the records again if this failed)."""
+        try:
+            self._write_records(entry)
+        finally:
+            self._answer_from(entry, handed)
 
     def _prefetch(self) -> Callable[[], tuple[list[str], dict[str, Request]]]:
         """Start listing ``_txn/intents/`` and reading the intents in it that are new to this process (caller

@@ -74,6 +74,7 @@ class LogCheckpoints:
         _loaded_at: float
         _record_seq: dict[tuple[str, int, int], int]
         _written: set[int]
+        _records_found: set[str]
 
         # reading and truncating the log (TransactionLog)
         def entry(self, seq: int) -> LogEntry: ...
@@ -139,6 +140,30 @@ class LogCheckpoints:
         with self._lock:
             self._written.add(entry.seq)
 
+    def _records_ahead(self, request: str) -> Callable[[list[LogEntry]], list[Callable[[], object]]]:
+        """A read-ahead (see :meth:`~coordinator.txnlog.TransactionLog.refresh`) for a committer waiting for
+        ``request`` to be decided: where an entry read (not yet proven) commits it, look whether the partition
+        records that entry defines exist, while the proof runs. What is found is a fact about those objects,
+        whichever entry named them: :meth:`secure_records` then does not look again."""
+
+        def ahead(entries: list[LogEntry]) -> list[Callable[[], object]]:
+            paths = []
+            for entry in entries:
+                item = next((i for i in entry.items if i.request == request), None)
+                if isinstance(item, CommitItem):
+                    parts = {(p.topic, p.partition) for p in item.parts if p.rows}
+                    paths += [marker_path(t, p, r.idx) for (t, p), r in records_of(entry).items() if (t, p) in parts]
+            return [functools.partial(self._look_for_record, path) for path in paths]
+
+        return ahead
+
+    def _look_for_record(self, path: str) -> None:
+        if self.store.exists(path):
+            with self._lock:
+                if len(self._records_found) > 10_000:
+                    self._records_found.clear()
+                self._records_found.add(path)
+
     def secure_records(self, seq: int, item: CommitItem) -> None:
         """Make sure a second copy of commit ``item``, decided at entry ``seq``, is durable before it is
         acknowledged: the partition records entry ``seq`` defines where it published rows exist (written by this
@@ -158,15 +183,11 @@ class LogCheckpoints:
         for attempt in range(RECORD_ATTEMPTS):
             try:
                 recs = [r for k, r in records_of(self.entry(seq)).items() if k in parts]
-                there = parallel.pmap(lambda r: self.store.exists(marker_path(r.topic, r.partition, r.idx)), recs)
-                missing = [r for r, found in zip(recs, there, strict=True) if not found]
-                won = parallel.pmap(
-                    lambda r: self.store.put_if_absent(marker_path(r.topic, r.partition, r.idx), r.to_bytes()),
-                    missing)
-                for r, ok in zip(missing, won, strict=True):
-                    if not ok:
-                        log.error("partition %s/%d is damaged: its record %d holds other bytes than log entry %d "
-                                  "defines", r.topic, r.partition, r.idx, seq)
+                with self._lock:
+                    unseen = [r for r in recs if marker_path(r.topic, r.partition, r.idx) not in self._records_found]
+                there = parallel.pmap(lambda r: self.store.exists(marker_path(r.topic, r.partition, r.idx)), unseen)
+                parallel.pmap(functools.partial(self._create_record, seq),
+                              [r for r, found in zip(unseen, there, strict=True) if not found])
                 return
             except (TxnLogError, OSError) as exc:
                 last = exc
@@ -178,6 +199,19 @@ class LogCheckpoints:
             f"away. Committing again (commit_transaction(), or the Spark job again with the same txnAppId and "
             f"txnVersion) writes them and answers ({last})"
         ) from last
+
+    def _create_record(self, seq: int, rec: PartitionRecord) -> None:
+        """Create partition record ``rec`` of entry ``seq``; one created meanwhile by another writer must hold the
+        same bytes (logged as damage of that partition otherwise).
+
+        Raises:
+            StoreError: the store failed.
+        """
+        path = marker_path(rec.topic, rec.partition, rec.idx)
+        body = rec.to_bytes()
+        if not self.store.put_if_absent(path, body) and self.store.get(path) != body:
+            log.error("partition %s/%d is damaged: its record %d holds other bytes than log entry %d defines",
+                      rec.topic, rec.partition, rec.idx, seq)
 
     def _delete_quietly(self, paths: list[str]) -> None:
         def rm(path: str) -> None:

@@ -96,6 +96,26 @@ def background(fn: Callable[[], R]) -> Callable[[], R]:
     return _submit("bg", fn)
 
 
+def thread(fn: Callable[[], object], *, name: str) -> None:
+    """Run long-lived work ``fn()`` (serving the queue) on a daemon thread of its own, with this thread's fault
+    injector; :func:`drain` waits for it as for a background job."""
+    injector = faults.current()
+
+    def run() -> None:
+        try:
+            with faults.injected(injector):
+                fn()
+        finally:
+            _count(-1)
+
+    _count(1)
+    try:
+        threading.Thread(target=run, name=name, daemon=True).start()
+    except BaseException:
+        _count(-1)
+        raise
+
+
 def drain(timeout: float | None = None) -> bool:
     """Wait until no job started by :func:`background` or :func:`start` (from any thread) is running or queued,
     for at most ``timeout`` seconds (None: no limit): a tool about to exit, or a test about to judge the store,

@@ -322,6 +322,7 @@ class Producer:
         """
         if not self._unresolved:
             self._check_open()
+            self.coordinator.log.list_intents_ahead()  # the commit's listing, at once with staging the last rows
             self.flush()
         else:
             self._check_usable(resolving=True)
@@ -541,18 +542,20 @@ class Producer:
             if self._started_ms < 0:
                 self._started_ms = clock.store_now_ms(self.store)
             ident, n = self.identity, self._n
-            waits = [parallel.start(lambda: self.coordinator.check_current(ident)),
-                     parallel.start(lambda: self.coordinator.open_transaction(ident, n))]
+            # the log is read on this thread (its reads fan out in parallel only from here), the puts in the pool
+            staging = parallel.start(stage)
+            waits = [parallel.start(lambda: self.coordinator.open_transaction(ident, n)),
+                     lambda: self.coordinator.check_current(ident)]
             errors: list[BaseException] = []
             try:
-                ref = stage()
-            finally:
-                # both requests end before this call does, even when staging failed
-                for wait in waits:
+                for wait in reversed(waits):
+                    # every request ends before this call does, even when one failed
                     try:
                         wait()
-                    except BaseException as exc:  # noqa: BLE001 - the first is raised below
+                    except BaseException as exc:  # noqa: BLE001 - raised below, after a failed staging's error
                         errors.append(exc)
+            finally:
+                ref = staging()
             if errors:
                 if isinstance(errors[0], ProducerFencedError):
                     self._fenced = True

@@ -67,6 +67,10 @@ MIN_LOG_GRACE_MS = 60_000
 JUMP_ENTRIES = 64
 #: A process that read the log this recently refreshes by asking for the next entry by name.
 RECENT_S = 30.0
+#: A refresh asks for at most this many next entries by name at once: one more than its previous refresh found, so a
+#: process following a busy log reads the entries appended between two looks in one round, and an idle one asks
+#: for one.
+READ_AHEAD_ENTRIES = 8
 _RECENT_KEPT = 4096
 #: Listings a refresh makes while the log keeps moving past its proof before it starts from the newest checkpoint.
 _PROOF_ROUNDS = 8
@@ -128,16 +132,24 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof, LogDamage):
         self._loaded_at = -1e9
         #: entries whose partition records this process wrote (the checkpoint writer need not check them)
         self._written: set[int] = set()
+        #: partition records a waiting committer found while its decision was being proven (see secure_records)
+        self._records_found: set[str] = set()
         self._checkpointing = threading.Lock()
         self._pending_checkpoint: Callable[[], None] | None = None
         self._jumped_at = -1
         #: the writer token of entry ``_jumped_at`` as the checkpoint jumped to records it
         self._jumped_token: str | None = None
         self._probed = False
+        #: a listing of ``_txn/intents/`` started for a request about to be submitted, and when (see
+        #: :meth:`~coordinator.groupcommit.GroupCommit.list_intents_ahead`)
+        self._intents_ahead: tuple[float, Callable[[], list[str]]] | None = None
+        self._init_serving()
         #: damaged checkpoints this process skipped (named when no other checkpoint will do)
         self._damaged_checkpoints: set[str] = set()
         #: the caller's read-ahead for the refresh under way (see :meth:`refresh`)
         self._read_ahead: ReadAhead | None = None
+        #: entries the last refresh by name found (how many it asks for next time: see READ_AHEAD_ENTRIES)
+        self._found_last = 0
 
     @property
     def state(self) -> CoordinatorState:
@@ -253,22 +265,47 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof, LogDamage):
             # Read recently: asking for the next entry by name is cheaper than a listing when nothing is new (the
             # common case for a process waiting on the log). Only a cost choice: an entry found is used only once
             # proven, and a view a truncation passed by finds out when it next lists or writes.
-            nxt = self._read_entry(self.state.seq + 1)
+            seqs = range(self.state.seq + 1, self.state.seq + 2 + min(self._found_last, READ_AHEAD_ENTRIES - 1))
+            got = parallel.pmap(self._read_entry_ahead, seqs)
+            nxt = got[0]
             if nxt is None and time.monotonic() - self._refreshed < RECENT_S:
                 self._refreshed = started  # answered within the window: no number after the view was freed
+                self._found_last = 0
                 return
             if nxt is None:
                 # the read took too long (a pause before the store applied it): "no such entry" may be about a
                 # number a truncation freed meanwhile
                 self._list_forward(checked=False)
             elif not isinstance(nxt, CorruptLogError) and self._links(nxt):
-                self._apply(nxt)
+                # the entries read ahead are applied while each links to the one before (the listing below finds
+                # whatever they left out, as it would after one entry)
+                found = 0
+                for entry in got:
+                    if entry is None or isinstance(entry, CorruptLogError) or not self._links(entry):
+                        break
+                    self._apply(entry)
+                    found += 1
+                self._found_last = found
                 self._list_forward(checked=True)
             else:
                 self._list_forward(checked=False)
         else:
             self._list_forward(checked=False)
         self._refreshed = started
+
+    def _read_entry_ahead(self, seq: int) -> LogEntry | CorruptLogError | None:
+        """:meth:`_read_entry` for a refresh by name: an entry after the next one that the store fails to give is
+        only not read ahead (the listing that follows finds it).
+
+        Raises:
+            StoreError: the store failed to give the next entry.
+        """
+        try:
+            return self._read_entry(seq)
+        except StoreError:
+            if seq == self.state.seq + 1:
+                raise
+            return None
 
     def _list_forward(self, *, checked: bool) -> None:
         """Apply the entries listed after the view, jumping to the newest checkpoint over entries truncated.

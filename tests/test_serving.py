@@ -1,0 +1,170 @@
+"""The writer serving the queue does so on a thread of its own (``coordinator/serving.py``): its caller is answered
+at once, the process's next requests join the served rounds without an intent, and a round that fails answers the
+requests handed to it honestly (their callers learn the outcome from the log)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+
+import pyarrow as pa
+import pytest
+
+from coordinator import (
+    CommitStateUnknownError,
+    CorruptLogError,
+    Producer,
+    Store,
+    StoreError,
+    TransactionCoordinator,
+    groupcommit,
+    parallel,
+    stage_segment,
+)
+from coordinator.decisions import commit_request, request_bytes
+from coordinator.layout import TXN_LOG, intent_path, txn_log_path
+from core_helpers import SCHEMA, Backend, LostReplyStore, committed_ids, make_topic, rows
+
+
+class ByThread(LostReplyStore):
+    """The real store, noting which thread created each log entry and which intents were written."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.entries_by: list[str] = []
+        self.intents: list[str] = []
+        self.fail_served_entry = False
+
+    def lose(self, path: str) -> str | None:
+        if path.startswith(TXN_LOG + "/"):
+            by = threading.current_thread().name
+            self.entries_by.append(by)
+            if self.fail_served_entry and by == "txnlog-serve":
+                self.fail_served_entry = False
+                return "unknown"  # created, but the serving thread cannot tell
+        return None
+
+    def put(self, path: str, data: bytes) -> None:
+        if path.startswith("_txn/intents/"):
+            self.intents.append(path)
+        super().put(path, data)
+
+
+def _intent_waiting(backend: Backend, n: int = 0) -> str:
+    """A commit of producer ``waiter`` published as an intent (its process lost a race and waits). Returns its
+    request id."""
+    store = backend.open()
+    coord = TransactionCoordinator(store)
+    ident = coord.init_producer(f"waiter{n}")
+    seg = stage_segment(store, "t", 1, pa.Table.from_pylist(rows([1000 + n], "w"), schema=SCHEMA),
+                        f"{ident.txn_id(0)}~a", seq=0)
+    req = commit_request(txn=ident.txn_id(0), tid=ident.tid, pid=ident.pid, epoch=ident.epoch, n=0, segments=(seg,))
+    store.put(intent_path(req.id), request_bytes(req))
+    return req.id
+
+
+@pytest.fixture
+def serving_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Serving goes on while the queue is empty (until SERVE_S), so a test's next commit finds it serving."""
+    monkeypatch.setattr(groupcommit, "SERVE_EMPTY_LOOKS", 1_000_000)
+
+
+@pytest.mark.usefixtures("serving_long")
+def test_the_serving_writers_caller_is_answered_at_once_and_its_next_commit_joins_the_served_rounds(
+    backend: Backend,
+) -> None:
+    make_topic(backend.open(), partitions=2)
+    waiting = _intent_waiting(backend)
+    store = ByThread(backend.open())
+    p = Producer(store, "a")
+    p.init_transactions()
+    with p.transaction():  # decides the waiting intent too, then serves the queue on its own thread
+        p.send("t", rows([1], "a"), partition=0)
+    log = p.coordinator.log
+    assert log._serving, "the caller waited for the serving to end"
+    first_entries, first_intents = len(store.entries_by), len(store.intents)
+    with p.transaction():
+        p.send("t", rows([2], "a"), partition=0)
+    # the second commit was decided by an entry of the serving thread, with no intent of its own
+    assert store.entries_by[first_entries:] == ["txnlog-serve"]
+    assert store.intents[first_intents:] == []
+    assert parallel.drain(30)
+    assert not log._serving
+    assert log.decision(waiting) is not None
+    assert committed_ids(backend) == [1, 2, 1000]
+
+
+@pytest.mark.usefixtures("serving_long")
+def test_a_request_handed_to_a_served_round_whose_entry_is_unknown_learns_its_outcome_from_the_log(
+    backend: Backend,
+) -> None:
+    make_topic(backend.open(), partitions=2)
+    _intent_waiting(backend)
+    store = ByThread(backend.open())
+    p = Producer(store, "a")
+    p.init_transactions()
+    with p.transaction():
+        p.send("t", rows([1], "a"), partition=0)
+    assert p.coordinator.log._serving
+    store.fail_served_entry = True
+    p.begin_transaction()
+    p.send("t", rows([2], "a"), partition=0)
+    try:
+        p.commit_transaction()
+    except CommitStateUnknownError:
+        p.commit_transaction()  # the caller's retry learns the outcome
+    assert store.entries_by[-1] == "txnlog-serve" and not store.fail_served_entry
+    assert parallel.drain(30)
+    assert committed_ids(backend) == [1, 2, 1000]
+
+
+def test_entries_read_ahead_are_applied_only_while_each_links_to_the_one_before(backend: Backend) -> None:
+    """G1/G5. A reader following a busy log asks for several next entries at once; one that does not name the entry
+    before it (a ghost a paused writer created under a number a truncation freed) must not be applied, as when it
+    is listed: the reader reports the gap instead of taking it for the log."""
+    make_topic(backend.open(), partitions=1)
+    reader = TransactionCoordinator(backend.open(), checkpoint_interval=0)
+    p = Producer(backend.open(), "p")
+    p.init_transactions()
+    reader.log.refresh()
+    with p.transaction():
+        p.send("t", rows([1], "p"))
+    reader.log.refresh()  # found one new entry: the next refresh asks for two
+    with p.transaction():
+        p.send("t", rows([2], "p"))
+    seq = p.coordinator.log.state.seq
+    ghost = {"v": 2, "seq": seq + 1, "ts": int(time.time() * 1000), "writer": uuid.uuid4().hex,
+             "prev": "not-the-entry-before", "items": [], "touched": []}
+    assert backend.open().put_if_absent(txn_log_path(seq + 1), json.dumps(ghost).encode())
+    with pytest.raises(CorruptLogError, match="does not follow on"):
+        reader.log.refresh()
+    assert reader.log.state.seq == seq
+
+
+class FailsFirstIntentsListing(LostReplyStore):
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.failed = True  # armed by the test
+
+    def list(self, prefix: str, start_after: str | None = None, limit: int | None = None) -> list[str]:
+        if prefix == "_txn/intents" and not self.failed:
+            self.failed = True
+            raise StoreError("listing _txn/intents failed")
+        return super().list(prefix, start_after, limit)
+
+
+def test_a_failed_listing_of_intents_made_while_staging_does_not_fail_the_commit(backend: Backend) -> None:
+    """G7. The listing a producer starts beside staging its last segment is only made early: when it fails, the
+    commit lists again itself (before, a store error of a request made ahead of time, or in another process's
+    life, failed the commit)."""
+    make_topic(backend.open(), partitions=1)
+    store = FailsFirstIntentsListing(backend.open())
+    p = Producer(store, "p")
+    p.init_transactions()
+    store.failed = False
+    with p.transaction():
+        p.send("t", rows([1], "p"))
+    assert store.failed
+    assert committed_ids(backend) == [1]
