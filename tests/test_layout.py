@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src"
-CORE = ("store", "probe", "layout", "records", "partrecords", "decisions", "state", "txnlog", "groupcommit",
+CORE = ("store", "probe", "layout", "records", "partrecords", "decisions", "state", "txnlog", "groupcommit", "serving",
         "logcheckpoint", "partition", "coordinator", "txntypes", "sweeps", "parallel", "faults", "errors", "redact")
 SUBPACKAGES = ("coordinator.inspect", "coordinator.explore", "coordinator.maintenance", "coordinator.cli")
 
