@@ -75,6 +75,7 @@ class LogCheckpoints:
         _record_seq: dict[tuple[str, int, int], int]
         _written: set[int]
         _records_found: set[str]
+        _records_lock: threading.Lock
 
         # reading and truncating the log (TransactionLog)
         def entry(self, seq: int) -> LogEntry: ...
@@ -158,8 +159,9 @@ class LogCheckpoints:
         return ahead
 
     def _look_for_record(self, path: str) -> None:
+        # runs in the request pool while the refresh that started it holds the log's lock: never take that lock
         if self.store.exists(path):
-            with self._lock:
+            with self._records_lock:
                 if len(self._records_found) > 10_000:
                     self._records_found.clear()
                 self._records_found.add(path)
@@ -183,7 +185,7 @@ class LogCheckpoints:
         for attempt in range(RECORD_ATTEMPTS):
             try:
                 recs = [r for k, r in records_of(self.entry(seq)).items() if k in parts]
-                with self._lock:
+                with self._records_lock:
                     unseen = [r for r in recs if marker_path(r.topic, r.partition, r.idx) not in self._records_found]
                 there = parallel.pmap(lambda r: self.store.exists(marker_path(r.topic, r.partition, r.idx)), unseen)
                 parallel.pmap(functools.partial(self._create_record, seq),

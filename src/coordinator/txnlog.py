@@ -134,6 +134,7 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof, LogDamage):
         self._written: set[int] = set()
         #: partition records a waiting committer found while its decision was being proven (see secure_records)
         self._records_found: set[str] = set()
+        self._records_lock = threading.Lock()
         self._checkpointing = threading.Lock()
         self._pending_checkpoint: Callable[[], None] | None = None
         self._jumped_at = -1
