@@ -168,3 +168,43 @@ def test_a_failed_listing_of_intents_made_while_staging_does_not_fail_the_commit
         p.send("t", rows([1], "p"))
     assert store.failed
     assert committed_ids(backend) == [1]
+
+
+class SlowProof(LostReplyStore):
+    """The real store, with the proof's listing of checkpoints slow, so that the requests a refresh starts beside
+    the proof are running in the request pool before the refresh waits for them."""
+
+    def list(self, prefix: str, start_after: str | None = None, limit: int | None = None) -> list[str]:
+        if prefix == "_txn/checkpoint":
+            time.sleep(0.3)
+        return super().list(prefix, start_after, limit)
+
+
+def test_a_waiter_looking_for_its_records_beside_the_proof_never_deadlocks_on_the_log(backend: Backend) -> None:
+    """G6. A committer waiting for its decision looks for its partition records while the entry deciding it is
+    proven, in the request pool, while its refresh holds the log's lock and waits for those looks: a look that took
+    the log's lock as well hung the committer for good (found by the history checker)."""
+    make_topic(backend.open(), partitions=1)
+    waiter = TransactionCoordinator(SlowProof(backend.open()), checkpoint_interval=0)
+    waiter.log.refresh()
+    p = Producer(backend.open(), "p")
+    p.init_transactions()
+    with p.transaction():
+        p.send("t", rows([1], "p"))
+    rid = f"c-{p.identity.txn_id(0)}"  # type: ignore[union-attr]
+    assert p.coordinator.log.decision(rid) is not None
+    log = waiter.log
+
+    def wait_for_decision() -> None:
+        with log._lock:
+            log._read_ahead = log._records_ahead(rid)
+            try:
+                log._catch_up()
+            finally:
+                log._read_ahead = None
+
+    t = threading.Thread(target=wait_for_decision, daemon=True)
+    t.start()
+    t.join(20)
+    assert not t.is_alive(), "the waiter hung on the log's lock"
+    assert log.decision(rid) is not None and log._records_found, "the records were not looked for beside the proof"
