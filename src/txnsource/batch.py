@@ -128,7 +128,7 @@ def refuse_native(opts: ReadOptions) -> None:
         raise InvalidOptionError(
             "option 'readPath' = 'native' needs txnsource.enable_native(spark) in the driver (then "
             "spark.read.format(\"txnlog\") batch reads use Spark's own Parquet scan) or txnsource.read(spark, path, "
-            "topic=...); readStream always uses the Python reader"
+            "topic=...); readStream takes readPath auto (native micro-batches with enable_native) or python"
         )
 
 

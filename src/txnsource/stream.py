@@ -361,7 +361,8 @@ def make_stream_reader(options: Mapping[str, str], schema: StructType) -> TxnLog
 
     Raises:
         InvalidOptionError: a bad option, ``endingOffsets``, ``isolationLevel`` = ``read_uncommitted``, or
-            ``readPath`` = ``native`` (streams always use the Python reader).
+            ``readPath`` = ``native`` (the stream reader is created when the query starts; with
+            :func:`txnsource.enable_native`, ``auto`` reads micro-batches natively where it can).
         TopicNotFoundError: ``subscribePattern`` matches no topic.
     """
     from coordinator import open_store
