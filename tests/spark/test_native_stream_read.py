@@ -74,15 +74,11 @@ class Run:
         return sorted(r[0] for b in self.batches.values() for r in b)
 
 
-def test_micro_batches_read_the_stream_readers_rows_through_spark_parquet(spark: Any, lake: str,
+def test_micro_batches_read_the_stream_readers_rows_through_spark_parquet(native: Any, lake: str,
                                                                           tmp_path: Path) -> None:
     # 5 rows a batch: batches end inside transactions of p0 and inside the one file of p1
-    python = Run(spark, lake, tmp_path / "py", topic="orders", maxRecordsPerTrigger="5")
-    txnsource.enable_native(spark)
-    try:
-        nat = Run(spark, lake, tmp_path / "nat", topic="orders", maxRecordsPerTrigger="5")
-    finally:
-        txnsource.disable_native(spark)
+    python = Run(native, lake, tmp_path / "py", topic="orders", maxRecordsPerTrigger="5", readPath="python")
+    nat = Run(native, lake, tmp_path / "nat", topic="orders", maxRecordsPerTrigger="5")
     assert not any(python.native.values())
     assert len(nat.batches) == 4 and all(nat.native.values())
     assert nat.batches == python.batches
@@ -128,8 +124,6 @@ def test_micro_batches_the_native_path_cannot_read_stay_with_the_stream_reader(n
                                                                                 tmp_path: Path) -> None:
     ipc = Run(native, lake, tmp_path / "ipc", topic="ipc")
     assert ipc.ids == [0, 1, 2, 3] and not any(ipc.native.values())
-    python = Run(native, lake, tmp_path / "py", topic="orders", readPath="python")
-    assert len(python.ids) == 19 and not any(python.native.values())
     per_count = Run(native, lake, tmp_path / "mrpp", topic="orders", maxRecordsPerPartition="2")
     assert len(per_count.ids) == 19 and not any(per_count.native.values())
     old = native.conf.get(PUSHDOWN_CONF)
