@@ -13,7 +13,8 @@ import pytest
 from read_helpers import SCHEMA, produce, rows
 
 import txnsource
-from coordinator import Producer, ProducerConfig, add_partitions, create_topic, open_store
+from coordinator import Producer, ProducerConfig, TransactionCoordinator, add_partitions, create_topic, open_store
+from coordinator.maintenance import apply_retention
 
 pytestmark = pytest.mark.spark
 
@@ -118,6 +119,26 @@ def test_a_topic_matching_the_pattern_later_is_read_natively(native: Any, tmp_pa
     assert first.ids == [0, 1, 2] and second.ids == [50, 51]
     assert all(first.native.values()) and all(second.native.values())
     assert {r[2] for b in second.batches.values() for r in b} == {"ev-b"}
+
+
+def test_retention_below_the_query_fails_as_the_stream_reader_does_or_skips_natively(native: Any,
+                                                                                     tmp_path: Path) -> None:
+    from pyspark.errors import StreamingQueryException
+
+    lake, cp = str(tmp_path / "lake"), tmp_path / "cp"
+    create_topic(open_store(lake), "t", SCHEMA, partitions=1)
+    produce(lake, "t", [rows(i, 1) for i in range(4)])
+    assert Run(native, lake, cp, topic="t").ids == [0, 1, 2, 3]
+    produce(lake, "t", [rows(i, 1) for i in range(4, 8)])
+    coord = TransactionCoordinator(open_store(lake))
+    plog = coord.partition("t", 0)
+    plog.refresh()
+    apply_retention(coord, "t", 0, retention_bytes=plog.segments[0].size * 2)  # keeps offsets 6 and 7
+    assert coord.partition("t", 0).start_offset == 6
+    with pytest.raises(StreamingQueryException, match="below the log start 6.*failOnDataLoss=false"):
+        Run(native, lake, cp, topic="t")
+    skipped = Run(native, lake, cp, topic="t", failOnDataLoss="false")
+    assert skipped.ids == [6, 7] and all(skipped.native.values())
 
 
 def test_micro_batches_the_native_path_cannot_read_stay_with_the_stream_reader(native: Any, lake: str,
