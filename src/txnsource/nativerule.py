@@ -6,8 +6,8 @@ avoid (docs/design.md, "What the data-source path costs"). :func:`txnsource.read
 the same snapshot as a Parquet scan instead, but it is a function: code written against ``format("txnlog")`` does not
 reach it.
 
-:func:`enable_native` installs, in one classic session, an optimizer rule (``io.txnlog.spark.NativeReadRule``, a few
-dozen lines of Java shipped in txnlog's jar (:mod:`coordinator.jvm`) and loaded at run time: no ``spark.jars``, no
+:func:`enable_native` installs, in one classic session, an optimizer rule (``io.txnlog.spark.NativeReadRule``, about
+160 lines of Java shipped in txnlog's jar (:mod:`coordinator.jvm`) and loaded at run time: no ``spark.jars``, no
 static configuration) that replaces each batch scan of ``format("txnlog")`` by the plan :func:`txnsource.read` builds
 for the same options and columns, whenever the native path applies (``readPath`` = ``auto`` or ``native``). The rule
 calls back into this driver process through py4j, once per scan each time a query is optimized, handing over the

@@ -26,6 +26,10 @@ A micro-batch's offsets are absolute and its partitions are planned from them al
 same rows. With ``groupId``, every finished micro-batch records its end as the group's committed offsets
 (``TransactionCoordinator.commit_group_offsets``), so lag is visible to the CLI and notebooks.
 
+With :func:`txnsource.enable_native`, Spark's Parquet reader reads each micro-batch's ranges
+(:func:`stream_ranges`, the same the reader's ``partitions`` reads) instead of :meth:`TxnLogStreamReader.read`
+wherever the native path applies (:mod:`txnsource.nativestream`); the offsets are this reader's either way.
+
 The reader object lives in Spark's driver-side Python runner for the whole query (``prepareForTriggerAvailableNow``
 state and the coordinator's caches survive between calls); a copy is pickled to the executors for ``read()``,
 without the coordinator.
