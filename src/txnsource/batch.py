@@ -128,7 +128,8 @@ def refuse_native(opts: ReadOptions) -> None:
         raise InvalidOptionError(
             "option 'readPath' = 'native' needs txnsource.enable_native(spark) in the driver (then "
             "spark.read.format(\"txnlog\") batch reads use Spark's own Parquet scan) or txnsource.read(spark, path, "
-            "topic=...); readStream always uses the Python reader"
+            "topic=...); readStream always uses the Python reader to plan its micro-batches (readPath auto, with "
+            "enable_native, reads them through Spark's Parquet scan where it can)"
         )
 
 

@@ -233,20 +233,36 @@ def plan_scans(store: Store, coord: TransactionCoordinator, opts: ReadOptions, r
         OffsetOutOfRangeError: retention removed records of the pinned snapshot since it was pinned.
         CorruptLogError: a committed segment is missing or its size differs from its commit record.
     """
-    from coordinator.errors import CorruptLogError
-    from coordinator.layout import data_dir
     from coordinator.reader import READ_UNCOMMITTED
     from txnsource.offsets import batch_ranges, take_snapshot
     from txnsource.pin import check_retained
+
+    if opts.isolation == READ_UNCOMMITTED:  # before the snapshot: refused without reading the log
+        raise NativeUnavailable("read_uncommitted reads staged files, which only the Python reader lists")
+    snap = take_snapshot(coord, opts, pin.snapshot)
+    ranges = batch_ranges(opts, snap, coord)
+    check_retained(coord, ranges, pin)
+    return range_scans(store, coord, opts, root, ranges)
+
+
+def range_scans(store: Store, coord: TransactionCoordinator, opts: ReadOptions, root: str,
+                ranges: Mapping[tuple[str, int], tuple[int, int]]) -> list[NativeScan]:
+    """The scans of the committed offset ranges ``[start, end)`` given per partition (:func:`plan_scans` without
+    the snapshot; the native micro-batch read's plan).
+
+    Raises:
+        NativeUnavailable: ``read_uncommitted``, ``maxRecordsPerPartition``, or an Arrow IPC segment.
+        CorruptLogError: a committed segment is missing or its size differs from its commit record.
+    """
+    from coordinator.errors import CorruptLogError
+    from coordinator.layout import data_dir
+    from coordinator.reader import READ_UNCOMMITTED
 
     if opts.isolation == READ_UNCOMMITTED:
         raise NativeUnavailable("read_uncommitted reads staged files, which only the Python reader lists")
     if opts.max_records_per_partition is not None:
         raise NativeUnavailable("maxRecordsPerPartition splits tasks by record count, which only the Python reader "
                                 "does (Spark's Parquet scan splits by bytes)")
-    snap = take_snapshot(coord, opts, pin.snapshot)
-    ranges = batch_ranges(opts, snap, coord)
-    check_retained(coord, ranges, pin)
     groups: dict[str, list[_Group]] = {}
     listed: dict[str, list[str]] = {}
     for (topic, p), (start, end) in sorted(ranges.items()):
@@ -384,15 +400,9 @@ def native_frame(spark: SparkSession, opts: ReadOptions, schema: StructType | st
     from coordinator.topics import get_topic
     from txnsource.options import with_topics
     from txnsource.pin import take_pin
-    from txnsource.scans import scan_frame
     from txnsource.schema import to_spark_schema, union_schema
 
-    root = spark_root(opts)
-    if opts.include_headers:
-        raise NativeUnavailable("option 'includeHeaders' reads record headers, which the native scan does not")
-    if getattr(spark, "_jsparkSession", None) is None:
-        raise NativeUnavailable("a Spark Connect client cannot build the Parquet scan (it needs the driver's JVM); "
-                                "the data source reads, natively on a server with txnlog's session extension")
+    root = native_root(spark, opts)
     store = open_store(opts.path, opts.store)
     try:
         coord = TransactionCoordinator(store)
@@ -406,6 +416,34 @@ def native_frame(spark: SparkSession, opts: ReadOptions, schema: StructType | st
         scans = _planned(store, coord, opts, root, pin)
     finally:
         store.close()
+    return scans_frame(spark, opts, root, scans, out, full, metas)
+
+
+def native_root(spark: SparkSession, opts: ReadOptions) -> str:
+    """The store root as Spark's file system names it, once the read's options and session allow a native read.
+
+    Raises:
+        NativeUnavailable: the store is out of Spark's reach, ``includeHeaders``, or a Spark Connect session.
+    """
+    root = spark_root(opts)
+    if opts.include_headers:
+        raise NativeUnavailable("option 'includeHeaders' reads record headers, which the native scan does not")
+    if getattr(spark, "_jsparkSession", None) is None:
+        raise NativeUnavailable("a Spark Connect client cannot build the Parquet scan (it needs the driver's JVM); "
+                                "the data source reads, natively on a server with txnlog's session extension")
+    return root
+
+
+def scans_frame(spark: SparkSession, opts: ReadOptions, root: str, scans: Sequence[NativeScan], out: StructType,
+                full: StructType, metas: Mapping[str, TopicMeta]) -> DataFrame:
+    """The DataFrame of ``scans`` with the columns ``out`` (of the read schema ``full``): their union, or an empty
+    frame of ``out`` when there is none.
+
+    Raises:
+        NativeUnavailable: Spark has no file system for the store's scheme.
+    """
+    from txnsource.scans import scan_frame
+
     if not scans:
         return spark.createDataFrame([], out)
     fs_options = hadoop_options(opts)

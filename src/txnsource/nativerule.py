@@ -6,8 +6,8 @@ avoid (docs/design.md, "What the data-source path costs"). :func:`txnsource.read
 the same snapshot as a Parquet scan instead, but it is a function: code written against ``format("txnlog")`` does not
 reach it.
 
-:func:`enable_native` installs, in one classic session, an optimizer rule (``io.txnlog.spark.NativeReadRule``, a few
-dozen lines of Java shipped in txnlog's jar (:mod:`coordinator.jvm`) and loaded at run time: no ``spark.jars``, no
+:func:`enable_native` installs, in one classic session, an optimizer rule (``io.txnlog.spark.NativeReadRule``, about
+160 lines of Java shipped in txnlog's jar (:mod:`coordinator.jvm`) and loaded at run time: no ``spark.jars``, no
 static configuration) that replaces each batch scan of ``format("txnlog")`` by the plan :func:`txnsource.read` builds
 for the same options and columns, whenever the native path applies (``readPath`` = ``auto`` or ``native``). The rule
 calls back into this driver process through py4j, once per scan each time a query is optimized, handing over the
@@ -19,8 +19,12 @@ scan stays the Python data source's, which then reads or reports the error as it
 ``native`` makes such a read fail instead, naming the reason, and ``readPath`` = ``python`` keeps the data source.
 
 While ``spark.sql.python.filterPushdown.enabled`` is true, the rule leaves every scan to the data source: filters
-the data source took over are no longer in the plan, so a replacement could not apply them. Streaming reads are
-never replaced (their micro-batches are planned by the stream reader).
+the data source took over are no longer in the plan, so a replacement could not apply them.
+
+Streaming reads: the rule also replaces the scan of each micro-batch of ``spark.readStream.format("txnlog")`` (its
+offsets still decided by the stream reader) by the native DataFrame of that batch's offset range, marked streaming so
+that stateful operators above it stay stateful (:mod:`txnsource.nativestream`). A query takes the session's rules
+when it starts: call :func:`enable_native` before ``writeStream...start()``.
 """
 
 from __future__ import annotations
@@ -86,6 +90,25 @@ class _Planner:
             log.info("txnlog: native planning failed (%s); the Python data source reads", type(exc).__name__)
         return None
 
+    def planStream(self, options_json: str, schema_json: str, start: str, end: str) -> Any:  # noqa: N802 - Java's
+        """The Dataset (a py4j object) of the micro-batch from offset ``start`` to ``end`` (the stream reader's JSON
+        offsets) of a ``readStream.format("txnlog")`` with these options and read schema, or None (the stream reader
+        reads it, and reports any error as it always does)."""
+        from pyspark.sql.types import StructType
+
+        from txnsource.nativestream import NativeUnavailable, stream_frame
+
+        text = {str(k): str(v) for k, v in json.loads(options_json).items()}
+        try:
+            schema = StructType.fromJson(json.loads(schema_json))
+            return stream_frame(self.spark, text, schema, start, end)._jdf
+        except NativeUnavailable as why:
+            log.info("txnlog: micro-batch read through the Python stream reader: %s", why)
+        except Exception as exc:  # noqa: BLE001 - the stream reader plans again and reports it as it always does
+            log.info("txnlog: native micro-batch planning failed (%s: %s); the Python stream reader reads",
+                     type(exc).__name__, exc)
+        return None
+
 
 def _pin_of(source: bytes | None) -> object:
     """The pin of the data source Spark pickled (``pyspark_txnlog.DefaultSource``), or None."""
@@ -103,8 +126,9 @@ def _pin_of(source: bytes | None) -> object:
 
 
 def enable_native(spark: SparkSession) -> None:
-    """Read ``spark.read.format("txnlog")`` batch scans of this session with Spark's own Parquet reader wherever
-    the native path applies (see the module docstring). Calling it again changes nothing.
+    """Read ``spark.read.format("txnlog")`` batch scans, and the micro-batches of ``spark.readStream.format("txnlog")``
+    queries started afterwards, of this session with Spark's own Parquet reader wherever the native path applies
+    (see the module docstring). Calling it again changes nothing.
 
     Raises:
         InvalidOptionError: ``spark`` is a Spark Connect session, or the jar is missing or does not load into this

@@ -26,6 +26,10 @@ A micro-batch's offsets are absolute and its partitions are planned from them al
 same rows. With ``groupId``, every finished micro-batch records its end as the group's committed offsets
 (``TransactionCoordinator.commit_group_offsets``), so lag is visible to the CLI and notebooks.
 
+With :func:`txnsource.enable_native`, Spark's Parquet reader reads each micro-batch's ranges
+(:func:`stream_ranges`, the same the reader's ``partitions`` reads) instead of :meth:`TxnLogStreamReader.read`
+wherever the native path applies (:mod:`txnsource.nativestream`); the offsets are this reader's either way.
+
 The reader object lives in Spark's driver-side Python runner for the whole query (``prepareForTriggerAvailableNow``
 state and the coordinator's caches survive between calls); a copy is pickled to the executors for ``read()``,
 without the coordinator.
@@ -266,34 +270,14 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             OffsetOutOfRangeError: ``start`` lies below a partition's log start and ``failOnDataLoss`` is true.
             SchemaMismatchError: a user-given schema names a column none of the topics has.
         """
-        from coordinator.errors import OffsetOutOfRangeError
         from coordinator.topics import get_topic
         from txnsource.planning import plan_partitions
         from txnsource.pushdown import Pushdown
         from txnsource.schema import check_projection
 
         topics = self.options.topics
-        lo, hi = from_json(start, self.options), from_json(end, self.options)
-        from coordinator import parallel
-
         coord = self._coordinator()
-        ranges: dict[tuple[str, int], tuple[int, int]] = {}
-        logs = {tp: coord.partition(*tp) for tp in hi}
-        parallel.pmap(lambda plog: plog.refresh(), list(logs.values()))  # one round trip, not one per partition
-        for tp, e in hi.items():
-            plog = logs[tp]
-            s = lo.get(tp, plog.start_offset)
-            if s > e and not self.options.fail_on_data_loss:
-                s = plog.start_offset  # the offsets went back (a re-created topic): latestOffset restarted it
-            if s < plog.start_offset:
-                if self.options.fail_on_data_loss:
-                    raise OffsetOutOfRangeError(
-                        f"the query's offset {s} of {tp[0]}/{tp[1]} is below the log start {plog.start_offset}: "
-                        "retention removed those records. Set option failOnDataLoss=false to skip to the log start"
-                    )
-                s = plog.start_offset
-            if e > s:
-                ranges[tp] = (s, e)
+        ranges = stream_ranges(coord, self.options, start, end)
         wanted = set(topics).union(t for t, _ in ranges)  # a replayed batch may name a topic not listed yet
         if not wanted <= self._metas.keys():
             assert self._store is not None
@@ -341,12 +325,48 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_partition(store, partition, spark_arrow_schema(self.schema))
 
 
+def stream_ranges(coord: TransactionCoordinator, opts: ReadOptions, start: Mapping[str, Any], end: Mapping[str, Any]
+                  ) -> dict[tuple[str, int], tuple[int, int]]:
+    """``[start, end)`` per partition of the micro-batch from offset ``start`` to offset ``end`` (Spark's JSON
+    offsets, parsed), the non-empty ones only: what :meth:`TxnLogStreamReader.partitions` reads, and the native
+    micro-batch read (:mod:`txnsource.nativestream`) too. A partition missing from ``start`` (added later, or of a
+    topic new to ``subscribePattern``) starts at its log start.
+
+    Raises:
+        OffsetOutOfRangeError: ``start`` lies below a partition's log start and ``failOnDataLoss`` is true.
+        InvalidOptionError: an offset is malformed or names a topic the query does not read.
+    """
+    from coordinator import parallel
+    from coordinator.errors import OffsetOutOfRangeError
+
+    lo, hi = from_json(start, opts), from_json(end, opts)
+    ranges: dict[tuple[str, int], tuple[int, int]] = {}
+    logs = {tp: coord.partition(*tp) for tp in hi}
+    parallel.pmap(lambda plog: plog.refresh(), list(logs.values()))  # one round trip, not one per partition
+    for tp, e in hi.items():
+        plog = logs[tp]
+        s = lo.get(tp, plog.start_offset)
+        if s > e and not opts.fail_on_data_loss:
+            s = plog.start_offset  # the offsets went back (a re-created topic): latestOffset restarted it
+        if s < plog.start_offset:
+            if opts.fail_on_data_loss:
+                raise OffsetOutOfRangeError(
+                    f"the query's offset {s} of {tp[0]}/{tp[1]} is below the log start {plog.start_offset}: "
+                    "retention removed those records. Set option failOnDataLoss=false to skip to the log start"
+                )
+            s = plog.start_offset
+        if e > s:
+            ranges[tp] = (s, e)
+    return ranges
+
+
 def make_stream_reader(options: Mapping[str, str], schema: StructType) -> TxnLogStreamReader:
     """The stream reader for Spark's ``options`` and ``schema``.
 
     Raises:
         InvalidOptionError: a bad option, ``endingOffsets``, ``isolationLevel`` = ``read_uncommitted``, or
-            ``readPath`` = ``native`` (streams always use the Python reader).
+            ``readPath`` = ``native`` (the stream reader is created when the query starts; with
+            :func:`txnsource.enable_native`, ``auto`` reads micro-batches natively where it can).
         TopicNotFoundError: ``subscribePattern`` matches no topic.
     """
     from coordinator import open_store

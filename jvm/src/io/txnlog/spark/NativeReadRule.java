@@ -3,11 +3,15 @@ package io.txnlog.spark;
 import java.util.HashMap;
 import java.util.Map;
 
+import org.apache.spark.sql.catalyst.plans.logical.LocalRelation;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.rules.Rule;
 import org.apache.spark.sql.connector.catalog.Table;
+import org.apache.spark.sql.connector.read.streaming.SparkDataStream;
+import org.apache.spark.sql.execution.datasources.LogicalRelation;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2ScanRelation;
+import org.apache.spark.sql.execution.datasources.v2.StreamingDataSourceV2ScanRelation;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
 import org.apache.spark.sql.internal.SQLConf;
 
@@ -24,11 +28,21 @@ import org.apache.spark.sql.internal.SQLConf;
  * replacement is a projection that gives every column of the Dataset the expression id of the scan's column, so
  * everything above the scan reads it unchanged. A scan is never replaced while Spark's Python filter pushdown is on:
  * filters the data source took over are no longer in the plan.
+ *
+ * <p>A micro-batch scan of a streaming query ({@code StreamingDataSourceV2ScanRelation} of the data source's Python
+ * stream, with the batch's start and end offsets) is replaced likewise: {@code planStream} gets the options, schema and
+ * the two offsets as the stream reader's JSON and returns the Dataset of exactly that offset range, or null (the
+ * stream reader reads it). Every leaf of the replacement is marked streaming and tied to the query's stream (as
+ * Spark's file stream source marks its relations), so stateful operators above stay stateful and the progress
+ * reports count the rows against the source (the rows the batch's files hold: a file read in part counts whole); a
+ * leaf of another kind keeps the stream reader's scan. Python filter pushdown on keeps it too, as for batch scans.
  */
 public class NativeReadRule extends Rule<LogicalPlan> {
     /** Plans a native read: see the class comment. */
     public interface Planner {
         Object plan(String optionsJson, String schemaJson, byte[] source);
+
+        Object planStream(String optionsJson, String schemaJson, String startJson, String endJson);
     }
 
     /** The Spark configuration under which the data source receives filters (and the plan no longer has them). */
@@ -52,6 +66,9 @@ public class NativeReadRule extends Rule<LogicalPlan> {
     }
 
     private LogicalPlan replace(LogicalPlan plan) {
+        if (plan instanceof StreamingDataSourceV2ScanRelation) {
+            return replaceStream((StreamingDataSourceV2ScanRelation) plan);
+        }
         if (!(plan instanceof DataSourceV2ScanRelation)) {
             return null;
         }
@@ -59,7 +76,7 @@ public class NativeReadRule extends Rule<LogicalPlan> {
         DataSourceV2Relation relation = scan.relation();
         if (!relation.table().getClass().getName().endsWith(".PythonTable")
                 || !format.equalsIgnoreCase(relation.table().name())
-                || "true".equalsIgnoreCase(SQLConf.get().getConfString(PUSHDOWN_CONF, "false").trim())) {
+                || pushdown()) {
             return null;
         }
         Map<String, String> options = new HashMap<>(relation.options().asCaseSensitiveMap());
@@ -72,6 +89,51 @@ public class NativeReadRule extends Rule<LogicalPlan> {
         }
         LogicalPlan child = ((org.apache.spark.sql.classic.Dataset<?>) got).queryExecution().optimizedPlan();
         return ExtensionReadRule.project(scan.output(), child);
+    }
+
+    private static boolean pushdown() {
+        return "true".equalsIgnoreCase(SQLConf.get().getConfString(PUSHDOWN_CONF, "false").trim());
+    }
+
+    private LogicalPlan replaceStream(StreamingDataSourceV2ScanRelation scan) {
+        Table table = scan.relation().table();
+        if (scan.startOffset().isEmpty() || scan.endOffset().isEmpty() || pushdown()
+                || !table.getClass().getName().endsWith(".PythonTable")
+                || !format.equalsIgnoreCase(table.name())
+                || !scan.stream().getClass().getName().contains(".PythonMicroBatchStream")) {
+            return null;
+        }
+        Map<String, String> options = new HashMap<>(scan.relation().options().asCaseSensitiveMap());
+        Object got = planner.planStream(Options.toJson(options), scan.schema().json(),
+                scan.startOffset().get().json(), scan.endOffset().get().json());
+        if (!(got instanceof org.apache.spark.sql.classic.Dataset)) {
+            return null;
+        }
+        LogicalPlan child = streaming(((org.apache.spark.sql.classic.Dataset<?>) got).queryExecution().optimizedPlan(),
+                scan.stream());
+        return child == null ? null : ExtensionReadRule.project(scan.output(), child);
+    }
+
+    /** {@code plan} with each leaf marked streaming and tied to {@code stream}, or null for a leaf of another kind. */
+    static LogicalPlan streaming(LogicalPlan plan, SparkDataStream stream) {
+        if (plan instanceof LogicalRelation) {
+            LogicalRelation r = (LogicalRelation) plan;
+            return r.copy(r.relation(), r.output(), r.catalogTable(), true, scala.Option.apply(stream));
+        }
+        if (plan instanceof LocalRelation) {
+            LocalRelation r = (LocalRelation) plan;
+            return r.copy(r.output(), r.data(), true, scala.Option.apply(stream));
+        }
+        if (plan.children().isEmpty()) {
+            return null;
+        }
+        boolean[] refused = {false};
+        LogicalPlan out = (LogicalPlan) plan.mapChildren(child -> {
+            LogicalPlan marked = streaming((LogicalPlan) child, stream);
+            refused[0] |= marked == null;
+            return marked == null ? child : marked;
+        });
+        return refused[0] ? null : out;
     }
 
     /**
