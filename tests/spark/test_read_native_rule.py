@@ -144,7 +144,7 @@ def test_errors_are_the_data_sources(native: Any, orders: str) -> None:
         reader(native, orders, topic="orders", startingOffsets="sideways").collect()
 
 
-def test_streaming_reads_are_never_replaced(native: Any, orders: str, tmp_path: Path) -> None:
+def test_a_stream_under_the_rule_reads_every_row_into_a_memory_sink(native: Any, orders: str, tmp_path: Path) -> None:
     stream = native.readStream.format("txnlog").option("topic", "orders").option("startingOffsets", "earliest") \
         .load(orders)
     query = stream.writeStream.format("memory").queryName("native_rule_stream").trigger(availableNow=True).start()
