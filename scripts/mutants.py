@@ -7,7 +7,7 @@ KILLED when a guarding test fails, SURVIVED when they all pass: the tests no lon
 
 Usage (from anywhere; the project's virtual environment's python):
 
-    python scripts/mutants.py            # the guarding tests once unmutated, then every mutant
+    python scripts/mutants.py            # the guarding tests once unmutated, beside every mutant
     python scripts/mutants.py --list     # the mutants, their files and guarding tests
     python scripts/mutants.py --only NAME [--only NAME ...]
     python scripts/mutants.py --jobs 1   # one mutant at a time (default: as many as cores, at most 4)
@@ -515,20 +515,22 @@ def main(argv: list[str] | None = None) -> int:
         if elsewhere is not None:
             print(elsewhere, file=sys.stderr)
             return 1
-        if not args.no_baseline:
-            failed = baseline(chosen, compiled, args.timeout)
-            if failed is not None:
-                print(f"baseline: {failed}", file=sys.stderr)
-                return 1
         from concurrent.futures import ThreadPoolExecutor
 
         results = []
-        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        # the baseline runs beside the mutants (its tests mostly wait: pauses, the S3 server), judged before any
+        # result counts
+        with ThreadPoolExecutor(max_workers=1) as side, ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            checked = None if args.no_baseline else side.submit(baseline, chosen, compiled, args.timeout)
             for r in pool.map(lambda m: judge(m, compiled, args.timeout), chosen):
                 print(f"{r.status:<8} {r.mutant.name} ({r.seconds:.1f} s)", flush=True)
                 if r.status != "KILLED" and r.output:
                     print(_tail(r.output), flush=True)
                 results.append(r)
+            failed = None if checked is None else checked.result()
+        if failed is not None:
+            print(f"baseline: {failed}", file=sys.stderr)
+            return 1
     print()
     print_table(results)
     bad = [r for r in results if r.status != "KILLED"]
