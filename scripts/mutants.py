@@ -7,7 +7,7 @@ KILLED when a guarding test fails, SURVIVED when they all pass: the tests no lon
 
 Usage (from anywhere; the project's virtual environment's python):
 
-    python scripts/mutants.py            # the guarding tests once unmutated, then every mutant
+    python scripts/mutants.py            # the guarding tests once unmutated, beside every mutant
     python scripts/mutants.py --list     # the mutants, their files and guarding tests
     python scripts/mutants.py --only NAME [--only NAME ...]
     python scripts/mutants.py --jobs 1   # one mutant at a time (default: as many as cores, at most 4)
@@ -22,6 +22,7 @@ Rule: whenever a defect is found in the core, add the mutant that reintroduces i
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import re
 import shutil
@@ -370,6 +371,8 @@ def apply(mutant: Mutant, src: Path) -> None:
     except FileNotFoundError:
         raise MutantError(f"mutant {mutant.name}: file src/{mutant.file} does not exist") from None
     path.write_text(mutated(mutant, text))
+    for stale in (path.parent / "__pycache__").glob(f"{path.stem}.*.pyc"):  # the unmutated file's byte code
+        stale.unlink()
 
 
 def check_all(mutants: tuple[Mutant, ...]) -> list[str]:
@@ -385,10 +388,21 @@ def check_all(mutants: tuple[Mutant, ...]) -> list[str]:
     return problems
 
 
-def copy_src(dest: Path) -> Path:
-    """A copy of ``src/`` (without byte code) under ``dest``; returns its path."""
+def compiled_src(dest: Path) -> Path:
+    """A copy of ``src/`` under ``dest`` (without its byte code), compiled once; returns its path. The copies the
+    tests run against are made from it, so a test process compiles only the mutated file, not all of ``src/``."""
     out = dest / "src"
     shutil.copytree(SRC, out, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
+    if not compileall.compile_dir(out, quiet=1):
+        raise MutantError(f"src/ does not compile (copied to {out})")
+    return out
+
+
+def copy_src(compiled: Path, dest: Path) -> Path:
+    """A copy of ``compiled`` (see :func:`compiled_src`) under ``dest``, byte code and file times included (the
+    byte code stays valid for the files it was compiled from); returns its path."""
+    out = dest / "src"
+    shutil.copytree(compiled, out)
     return out
 
 
@@ -412,7 +426,10 @@ def imported_from(src: Path) -> str | None:
 
 def run_tests(src: Path, tests: tuple[str, ...], timeout: float) -> tuple[int | None, str]:
     """Run ``tests`` against the copy at ``src``; returns (pytest's exit code, None on timeout; its output)."""
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-ra", "-p", "no:cacheprovider", *tests]
+    # Hypothesis's pytest plugin imports all of Hypothesis, most of a test process's start-up (one per mutant); a
+    # guarding test that uses Hypothesis imports it itself
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-ra", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
+           *tests]
     try:
         got = subprocess.run(cmd, cwd=ROOT, env=_env(src), capture_output=True, text=True, timeout=timeout,
                              check=False)
@@ -425,11 +442,12 @@ def run_tests(src: Path, tests: tuple[str, ...], timeout: float) -> tuple[int | 
 _FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.MULTILINE)
 
 
-def judge(mutant: Mutant, timeout: float) -> Result:
-    """Apply ``mutant`` to a fresh copy of ``src/`` and run its guarding tests."""
+def judge(mutant: Mutant, compiled: Path, timeout: float) -> Result:
+    """Apply ``mutant`` to a fresh copy of ``compiled`` (``src/``, see :func:`compiled_src`) and run its guarding
+    tests."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.name}-") as tmp:
-        src = copy_src(Path(tmp))
+        src = copy_src(compiled, Path(tmp))
         try:
             apply(mutant, src)
         except MutantError as exc:
@@ -446,13 +464,13 @@ def judge(mutant: Mutant, timeout: float) -> Result:
     return Result(mutant, "ERROR", took, f"pytest exit code {code} (a test id gone, or collection failed)", out)
 
 
-def baseline(mutants: tuple[Mutant, ...], timeout: float) -> str | None:
+def baseline(mutants: tuple[Mutant, ...], compiled: Path, timeout: float) -> str | None:
     """Run the guarding tests of ``mutants`` on an unmutated copy of ``src/`` (a kill by a test that fails anyway
     means nothing); None when they pass, else what went wrong."""
     tests = tuple(dict.fromkeys(t for m in mutants for t in m.tests))
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="mutant-baseline-") as tmp:
-        code, out = run_tests(copy_src(Path(tmp)), tests, timeout)
+        code, out = run_tests(copy_src(compiled, Path(tmp)), tests, timeout)
     if code != 0:
         return f"the guarding tests fail on the unmutated code (pytest exit code {code}):\n{_tail(out)}"
     print(f"baseline: {len(tests)} guarding tests pass on the unmutated code ({time.monotonic() - started:.1f} s)")
@@ -507,25 +525,32 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(problems), file=sys.stderr)
         return 1
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="mutant-import-") as tmp:
-        elsewhere = imported_from(copy_src(Path(tmp)))
-    if elsewhere is not None:
-        print(elsewhere, file=sys.stderr)
-        return 1
-    if not args.no_baseline:
-        failed = baseline(chosen, args.timeout)
+    with tempfile.TemporaryDirectory(prefix="mutant-src-") as tmp:
+        try:
+            compiled = compiled_src(Path(tmp))
+        except MutantError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        elsewhere = imported_from(compiled)
+        if elsewhere is not None:
+            print(elsewhere, file=sys.stderr)
+            return 1
+        from concurrent.futures import ThreadPoolExecutor
+
+        results = []
+        # the baseline runs beside the mutants (its tests mostly wait: pauses, the S3 server), judged before any
+        # result counts
+        with ThreadPoolExecutor(max_workers=1) as side, ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            checked = None if args.no_baseline else side.submit(baseline, chosen, compiled, args.timeout)
+            for r in pool.map(lambda m: judge(m, compiled, args.timeout), chosen):
+                print(f"{r.status:<8} {r.mutant.name} ({r.seconds:.1f} s)", flush=True)
+                if r.status != "KILLED" and r.output:
+                    print(_tail(r.output), flush=True)
+                results.append(r)
+            failed = None if checked is None else checked.result()
         if failed is not None:
             print(f"baseline: {failed}", file=sys.stderr)
             return 1
-    from concurrent.futures import ThreadPoolExecutor
-
-    results = []
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        for r in pool.map(lambda m: judge(m, args.timeout), chosen):
-            print(f"{r.status:<8} {r.mutant.name} ({r.seconds:.1f} s)", flush=True)
-            if r.status != "KILLED" and r.output:
-                print(_tail(r.output), flush=True)
-            results.append(r)
     print()
     print_table(results)
     bad = [r for r in results if r.status != "KILLED"]

@@ -1,6 +1,8 @@
 """Spark batch and streaming reads and writes through ``format("txnlog")`` on an Azure Blob store (Azurite) with
 the ``azure.*`` options: the Python data source path (the native paths would need hadoop-azure: ``auto`` falls back
-saying so); a streaming driver SIGKILLed mid-stream and restarted stays exactly once."""
+saying so). A streaming driver SIGKILLed mid-stream and restarted stays exactly once on Azure too:
+``test_gcs_spark.py::test_sigkilled_streaming_driver_on_gcs_and_azure_restarted_gives_exactly_once`` (one driver
+for both stores)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,6 @@ from typing import Any
 
 import pytest
 from read_helpers import SCHEMA, produce, rows
-from test_gcs_spark import sigkilled_stream_restarts_exactly_once
 from test_stream_read import Run
 from test_stream_write import make_input, run_stream
 
@@ -77,9 +78,3 @@ def test_stream_read_on_azure_restarts_without_duplicates_or_gaps(spark: Any, az
     second = Run(spark, url, tmp_path / "ck", **opts)
     assert min(second.batches) == max(first.batches) + 1
     assert sorted(first.ids + second.ids) == list(range(11)) + list(range(100, 103))
-
-
-@pytest.mark.slow
-def test_sigkilled_streaming_driver_on_azure_restarted_gives_exactly_once(azure_lake: AzureLake,
-                                                                          tmp_path: Path) -> None:
-    sigkilled_stream_restarts_exactly_once(azure_lake, tmp_path)
