@@ -5,7 +5,8 @@
    with both ``txnsource.enable_native`` and ``txnsink.enable_native``, against ``parquet -> parquet``: Spark's
    Parquet file source over the same rows (``--batches`` micro-batches of one file per core) into Spark's
    exactly-once file sink;
-2. the write alone: the same Parquet file source into the txnlog sink (the native micro-batch write, and with
+2. the read alone: the same txnlog backlog into Spark's ``noop`` sink;
+3. the write alone: the same Parquet file source into the txnlog sink (the native micro-batch write, and with
    ``--python`` the data source's streaming writer, ``writePath`` = ``python``) against the file sink.
 
 Runs are interleaved (``--runs``, default 3, after ``--warmup`` untimed runs, default 1); each query starts on a
@@ -22,6 +23,7 @@ import argparse
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -30,7 +32,8 @@ from typing import Any
 from bench_spark import bench_frame, session
 
 #: What one run measures: (label, key), the Spark side of each comparison after its txnlog side.
-MEASURES = (("txnlog -> txnlog (both rules)", "t2t"), ("parquet -> parquet file sink", "p2p"),
+MEASURES = (("txnlog -> txnlog (both rules)", "t2t"), ("txnlog -> noop (the read alone)", "t2n"),
+            ("parquet -> parquet file sink", "p2p"),
             ("parquet source -> txnlog (native)", "p2t"), ("parquet source -> txnlog (python)", "p2t_python"))
 
 
@@ -79,13 +82,19 @@ def main() -> None:
         def files() -> Any:
             return spark.readStream.schema(schema).option("maxFilesPerTrigger", args.cores).parquet(src)
 
-        def t2t(run: int) -> Any:
+        def backlog() -> Any:
             return (spark.readStream.format("txnlog").option("topic", "src").option("startingOffsets", "earliest")
                     .option("maxRecordsPerTrigger", str(per_batch)).load(lake)
-                    .drop("_topic", "_partition", "_offset", "_timestamp", "_producer_ts")
-                    .writeStream.format("txnlog").option("topic", f"t2t{run}")
+                    .drop("_topic", "_partition", "_offset", "_timestamp", "_producer_ts"))
+
+        def t2t(run: int) -> Any:
+            return (backlog().writeStream.format("txnlog").option("topic", f"t2t{run}")
                     .option("numPartitions", str(args.partitions)).option("checkpointLocation", f"{tmp}/ck-t2t{run}")
                     .trigger(availableNow=True).start(lake))
+
+        def t2n(run: int) -> Any:
+            return (backlog().writeStream.format("noop").option("checkpointLocation", f"{tmp}/ck-t2n{run}")
+                    .trigger(availableNow=True).start())
 
         def p2p(run: int) -> Any:
             return (files().writeStream.format("parquet").option("path", f"{tmp}/sink{run}")
@@ -97,10 +106,11 @@ def main() -> None:
                     .option("checkpointLocation", f"{tmp}/ck-p2t{path}{run}").trigger(availableNow=True)
                     .start(lake))
 
-        starts: dict[str, Callable[[int], Any]] = {"t2t": t2t, "p2p": p2p, "p2t": p2t,
+        starts: dict[str, Callable[[int], Any]] = {"t2t": t2t, "t2n": t2n, "p2p": p2p, "p2t": p2t,
                                                     "p2t_python": lambda run: p2t(run, "python")}
         for run in range(args.warmup + args.runs):
             for k in keys:
+                print(f"run {run}: {k}", file=sys.stderr, flush=True)
                 got = run_query(lambda k=k, run=run: starts[k](run))  # type: ignore[misc]
                 assert got[3] == args.rows, f"{k}: the query read {got[3]} rows of {args.rows}"
                 if run >= args.warmup:

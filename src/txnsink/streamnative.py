@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from txnsink.native import WriteResult
 
-__all__ = ["batch_options", "plan_stream", "write_micro_batch"]
+__all__ = ["batch_options", "per_core", "plan_stream", "write_micro_batch"]
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,20 @@ def batch_options(options: Mapping[str, str], query_id: str, batch_id: int) -> d
     return out
 
 
+def per_core(df: DataFrame) -> DataFrame:
+    """``df`` merged (``coalesce``, no shuffle) into one task per core when it has more partitions than cores.
+
+    A task writes one file per topic partition, and a file costs its task ~10 ms whatever its size (an fsync
+    included); a batch append merges its input by its estimated size (:func:`txnsink.native.fewer_tasks`), but a
+    micro-batch's rows come from the executed plan, whose size Spark does not know: a source of many small
+    partitions (a txnlog topic's micro-batch: one per topic partition) would write partitions x partitions files.
+    """
+    cores = max(1, df.sparkSession.sparkContext.defaultParallelism)
+    jdf = getattr(df, "_jdf", None)
+    n = int(jdf.queryExecution().toRdd().getNumPartitions()) if jdf is not None else df.rdd.getNumPartitions()
+    return df.coalesce(cores) if n > cores else df
+
+
 def write_micro_batch(df: DataFrame, options: Mapping[str, str], query_id: str, batch_id: int) -> WriteResult:
     """Write and commit micro-batch ``batch_id`` of query ``query_id`` (its rows: the batch DataFrame ``df``) as
     version ``batch_id`` of the query's app, through the native path (see the module docstring). A version already
@@ -96,7 +110,7 @@ def write_micro_batch(df: DataFrame, options: Mapping[str, str], query_id: str, 
     """
     from txnsink.native import write_options
 
-    result = write_options(df, batch_options(options, query_id, batch_id))
+    result = write_options(per_core(df), batch_options(options, query_id, batch_id))
     log.info("txnlog: micro-batch %d of query %s written by the %s path%s%s", batch_id, query_id, result.path,
              " (already committed: nothing published)" if result.skipped else "",
              f" ({result.reason})" if result.reason else "")
