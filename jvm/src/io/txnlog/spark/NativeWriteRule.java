@@ -36,6 +36,12 @@ import scala.jdk.javaapi.CollectionConverters;
  * analyzed query) to {@link Writer#insert}, which writes and commits them before returning (or falls back to the
  * data source itself, which this rule then leaves alone: the writer's answer for that write is not {@code TRUE}).
  * The rule changes nothing else in the plan and nothing when the Spark version's plan nodes have other fields.
+ *
+ * <p>Streaming: a micro-batch of a {@code writeStream.format(<format>)} query reaches the rule as Spark's
+ * {@code WriteToDataSourceV2} over a {@code MicroBatchWrite} of the Python data source's streaming write; the writer
+ * is asked {@link Writer#planStream} with the stream's options, and for {@code TRUE} the node becomes a
+ * {@link StreamInsert} over the same query, whose rows go to {@link Writer#insertStream} with the query id and batch
+ * id (a {@code String} answer fails the query's optimization with it; anything else keeps Spark's write).
  */
 public class NativeWriteRule extends Rule<LogicalPlan> {
     /** Plans and runs a native write: see the class comment. */
