@@ -207,7 +207,8 @@ def make_stream_writer(options: Mapping[str, str], schema: StructType, overwrite
     Raises:
         InvalidOptionError: ``outputMode("complete")``, a bad option (a ``transactionalId`` longer than
             :data:`txnsink.options.MAX_STREAM_ID_CHARS` included), ``txnAppId``/``txnVersion``, or ``writePath`` =
-            ``native``.
+            ``native`` (which only the native streaming write of :mod:`txnsink.streamnative` takes: a query it
+            writes never reaches this function).
         SchemaMismatchError: the DataFrame does not fit the existing topic.
     """
     if overwrite:
@@ -217,8 +218,9 @@ def make_stream_writer(options: Mapping[str, str], schema: StructType, overwrite
         )
     if parse_options(options, stream=True).write_path == "native":
         raise InvalidOptionError(
-            "option writePath='native' is for batch writes: a streaming query writes its micro-batches through the "
-            "data source (or write each one with txnsink.write inside foreachBatch)"
+            "option writePath='native' cannot write this stream: its micro-batches reached the Python data source, "
+            "which happens when txnsink.enable_native(spark) is not in force in the query's session (or under "
+            "Spark Connect, or outputMode('complete')); enable it, or use writePath 'auto' or 'python'"
         )
     plan, _store = plan_write(options, schema)
     if plan.options.txn_app_id is not None:

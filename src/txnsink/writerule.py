@@ -19,8 +19,9 @@ Spark's Parquet writer does not write as txnlog does, a ``partition`` column, no
 The semantics are the data source's: one append is one transaction (``transactionalId`` fencing,
 ``txnAppId``/``txnVersion`` idempotency, an ephemeral producer otherwise), and the same options are accepted. Errors
 reach the caller of ``save()`` as the Java exception of the failed Python call, whose message holds the txnlog
-error. Streaming writes are never rewritten (use :func:`txnsink.write` inside ``foreachBatch``), nor are appends of a
-Spark Connect client (the rule needs the driver's Python process).
+error. The same rule writes the micro-batches of ``df.writeStream.format("txnlog")`` queries of the session natively,
+each committed with the streaming sink's idempotency key (:mod:`txnsink.streamnative`). Appends of a Spark Connect
+client are never rewritten (the rule needs the driver's Python process).
 """
 
 from __future__ import annotations
@@ -117,6 +118,22 @@ class _Writer:
         result = write_options(DataFrame(dataset, self.spark), _options(options_json))
         log.info("txnlog: format('txnlog') append written by the %s path%s", result.path,
                  f" ({result.reason})" if result.reason else "")
+
+    def planStream(self, options_json: str, schema_json: str) -> Any:  # noqa: N802 - the Java interface's name
+        """As :meth:`plan`, for the micro-batches of a ``writeStream.format("txnlog")`` query
+        (:func:`txnsink.streamnative.plan_stream`)."""
+        from txnsink.streamnative import plan_stream
+
+        return plan_stream(_options(options_json))
+
+    def insertStream(self, dataset: Any, options_json: str, query_id: str, batch_id: int) -> None:  # noqa: N802
+        """Write and commit micro-batch ``batch_id`` of query ``query_id`` (the rows of ``dataset``, a classic Java
+        ``Dataset``) as :func:`txnsink.streamnative.write_micro_batch` does."""
+        from pyspark.sql.classic.dataframe import DataFrame
+
+        from txnsink.streamnative import write_micro_batch
+
+        write_micro_batch(DataFrame(dataset, self.spark), _options(options_json), str(query_id), int(batch_id))
 
 
 def enable_native(spark: SparkSession) -> None:

@@ -161,7 +161,7 @@ def test_native_option_without_the_rule_is_refused(spark: Any, lake: str) -> Non
     from pyspark.sql.types import LongType, StructField, StructType
 
     schema = StructType([StructField("id", LongType())])
-    with pytest.raises(InvalidOptionError, match="for batch writes"):
+    with pytest.raises(InvalidOptionError, match=r"txnsink\.enable_native\(spark\) is not in force"):
         txnsink.make_stream_writer({"path": lake, "topic": "t", "writePath": "native"}, schema, False)
     with pytest.raises(TopicNotFoundError):  # refused before anything reached the store
         get_topic(open_store(lake), "t")

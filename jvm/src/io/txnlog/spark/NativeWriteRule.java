@@ -36,6 +36,12 @@ import scala.jdk.javaapi.CollectionConverters;
  * analyzed query) to {@link Writer#insert}, which writes and commits them before returning (or falls back to the
  * data source itself, which this rule then leaves alone: the writer's answer for that write is not {@code TRUE}).
  * The rule changes nothing else in the plan and nothing when the Spark version's plan nodes have other fields.
+ *
+ * <p>Streaming: a micro-batch of a {@code writeStream.format(<format>)} query reaches the rule as Spark's
+ * {@code WriteToDataSourceV2} over a {@code MicroBatchWrite} of the Python data source's streaming write; the writer
+ * is asked {@link Writer#planStream} with the stream's options, and for {@code TRUE} the node becomes a
+ * {@link StreamInsert} over the same query, whose rows go to {@link Writer#insertStream} with the query id and batch
+ * id (a {@code String} answer fails the query's optimization with it; anything else keeps Spark's write).
  */
 public class NativeWriteRule extends Rule<LogicalPlan> {
     /** Plans and runs a native write: see the class comment. */
@@ -43,6 +49,10 @@ public class NativeWriteRule extends Rule<LogicalPlan> {
         Object plan(String optionsJson, String schemaJson);
 
         void insert(Object dataset, String optionsJson);
+
+        Object planStream(String optionsJson, String schemaJson);
+
+        void insertStream(Object dataset, String optionsJson, String queryId, long batchId);
     }
 
     private final Writer writer;
@@ -57,6 +67,10 @@ public class NativeWriteRule extends Rule<LogicalPlan> {
     public LogicalPlan apply(LogicalPlan plan) {
         if (plan instanceof AppendData) {
             LogicalPlan replaced = replace((AppendData) plan);
+            return replaced != null ? replaced : plan;
+        }
+        if ("WriteToDataSourceV2".equals(plan.getClass().getSimpleName())) {
+            LogicalPlan replaced = replaceMicroBatch(plan);
             return replaced != null ? replaced : plan;
         }
         return (LogicalPlan) plan.mapChildren(child -> apply((LogicalPlan) child));
@@ -92,6 +106,64 @@ public class NativeWriteRule extends Rule<LogicalPlan> {
         appendArgs.put("write", scala.Option.apply(nativeTable.write));
         appendArgs.put("analyzedQuery", scala.Option.apply(append.query()));
         return copy(append, appendArgs);
+    }
+
+    /**
+     * The micro-batch write of a {@code writeStream.format(<format>)} query ({@code WriteToDataSourceV2} over a
+     * {@code MicroBatchWrite} of the Python data source's streaming write, as Spark's {@code V2Writes} builds it)
+     * as a {@link StreamInsert}, when the writer takes it; null to keep it (another write, a Spark whose classes
+     * have other fields, {@code outputMode("complete")}, or the writer's answer is not {@code TRUE}).
+     */
+    private LogicalPlan replaceMicroBatch(LogicalPlan node) {
+        Object batchWrite = element(node, "batchWrite");
+        Object query = element(node, "query");
+        if (batchWrite == null || !(query instanceof LogicalPlan)
+                || !"MicroBatchWrite".equals(batchWrite.getClass().getSimpleName())) {
+            return null;
+        }
+        Object streaming;
+        String shortName;
+        LogicalWriteInfo info;
+        try {
+            streaming = batchWrite.getClass().getMethod("writeSupport").invoke(batchWrite);
+            if (streaming == null || !streaming.getClass().getSimpleName().equals("PythonStreamingWrite")) {
+                return null;
+            }
+            shortName = (String) field(streaming, "shortName");
+            info = (LogicalWriteInfo) field(streaming, "info");
+            if (Boolean.TRUE.equals(field(streaming, "isTruncate"))) {
+                return null;
+            }
+        } catch (ReflectiveOperationException | ClassCastException e) {
+            return null;
+        }
+        if (!format.equalsIgnoreCase(shortName) || info == null) {
+            return null;
+        }
+        String options = Options.toJson(new HashMap<>(info.options().asCaseSensitiveMap()));
+        Object got = writer.planStream(options, ((LogicalPlan) query).schema().json());
+        if (got instanceof String) {
+            throw new IllegalArgumentException((String) got);
+        }
+        if (!Boolean.TRUE.equals(got)) {
+            return null;
+        }
+        return new StreamInsert((LogicalPlan) query, new StreamInsert.Target(writer, options));
+    }
+
+    private static Object element(LogicalPlan node, String name) {
+        for (int i = 0; i < node.productArity(); i++) {
+            if (name.equals(node.productElementName(i))) {
+                return node.productElement(i);
+            }
+        }
+        return null;
+    }
+
+    private static Object field(Object target, String name) throws ReflectiveOperationException {
+        java.lang.reflect.Field f = target.getClass().getDeclaredField(name);
+        f.setAccessible(true);
+        return f.get(target);
     }
 
     /** {@code node} with the named constructor fields replaced, or null when a name is not a field of it. */

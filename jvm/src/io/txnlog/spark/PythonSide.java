@@ -203,6 +203,17 @@ public final class PythonSide {
             writer(session).insert(dataset, optionsJson);
         }
 
+        /** Streaming writes stay with the data source under the session extension. */
+        @Override
+        public Object planStream(String optionsJson, String schemaJson) {
+            return null;
+        }
+
+        @Override
+        public void insertStream(Object dataset, String optionsJson, String queryId, long batchId) {
+            throw new UnsupportedOperationException("txnlog: no native streaming write under the session extension");
+        }
+
         private static String writePath(String optionsJson) {
             Map<String, String> options = Options.fromJson(optionsJson,
                     new com.fasterxml.jackson.core.type.TypeReference<Map<String, String>>() { });
