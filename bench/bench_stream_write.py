@@ -112,7 +112,10 @@ def main() -> None:
             for k in keys:
                 print(f"run {run}: {k}", file=sys.stderr, flush=True)
                 got = run_query(lambda k=k, run=run: starts[k](run))  # type: ignore[misc]
-                assert got[3] == args.rows, f"{k}: the query read {got[3]} rows of {args.rows}"
+                # a native micro-batch that reads part of a file reports the file's rows as read (docs/spark.md):
+                # for a txnlog source the rows are checked in what the query published, below
+                assert got[3] == args.rows or (k.startswith("t2") and got[3] >= args.rows), \
+                    f"{k}: the query read {got[3]} rows of {args.rows}"
                 if run >= args.warmup:
                     times[k].append(got)
             for folder in os.listdir(tmp):
