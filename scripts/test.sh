@@ -17,10 +17,11 @@ python -m pytest "$@"
 echo "Spark, store contract and partitioner tests with the oldest supported versions (constraints/oldest.txt)" >&2
 export TXNLOG_VENV="${VENV}-oldest" TXNLOG_CONSTRAINTS=oldest
 # what depends on the pyspark version: the Python Data Source API (batch and streaming reads and writes, filter
-# pushdown, the pickled source a DataFrame pins), the jar's rules and session extension against that Spark's
-# internals, and the JVM partitioner
+# pushdown, the pickled source a DataFrame pins), the jar's rules (native micro-batches included) and session
+# extension against that Spark's internals, and the JVM partitioner
 SPARK_OLDEST="tests/spark/test_read.py tests/spark/test_read_pushdown.py tests/spark/test_read_snapshot.py
   tests/spark/test_read_native.py tests/spark/test_read_native_rule.py tests/spark/test_stream_read.py
   tests/spark/test_stream_write.py tests/spark/test_write.py tests/spark/test_write_native.py
-  tests/spark/test_write_native_rule.py tests/spark/test_write_keyed_jvm.py tests/spark/test_extension.py"
+  tests/spark/test_write_native_rule.py tests/spark/test_write_keyed_jvm.py tests/spark/test_extension.py
+  tests/spark/test_native_stream_read.py tests/spark/test_native_stream_write.py"
 exec bash -c ". scripts/_setup.sh test && exec python -m pytest -m 'not slow' $(echo $SPARK_OLDEST) tests/test_store_contract.py tests/test_partitioner.py"
