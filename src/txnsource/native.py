@@ -338,6 +338,24 @@ def _scan(topic: str, files: Sequence[NativeFile], listed: Mapping[str, Sequence
     return NativeScan(topic, tuple(files), tuple(f.url for f in files), None)
 
 
+def topic_columns(spark: SparkSession, store: Store, topics: Sequence[str], schema: StructType | str | None
+                  ) -> tuple[dict[str, TopicMeta], StructType, StructType]:
+    """The definitions of ``topics``, the read schema they make (their union, as Spark's types) and the columns a
+    read with the given ``schema`` returns (:func:`projection`).
+
+    Raises:
+        TopicNotFoundError: a topic does not exist.
+        NativeUnavailable, SchemaMismatchError: as :func:`check_types` and :func:`projection`.
+    """
+    from coordinator.topics import get_topic
+    from txnsource.schema import to_spark_schema, union_schema
+
+    metas = {t: get_topic(store, t) for t in topics}
+    check_types(list(metas.values()))
+    full = to_spark_schema(union_schema(list(metas.values())))
+    return metas, full, projection(spark, schema, full, list(metas.values()))
+
+
 def projection(spark: SparkSession, schema: StructType | str | None, full: StructType,
                metas: Sequence[TopicMeta]) -> StructType:
     """The columns a read returns: ``full`` (the read schema), or the given ``schema`` checked against it.
@@ -397,10 +415,8 @@ def native_frame(spark: SparkSession, opts: ReadOptions, schema: StructType | st
     """
     from coordinator import open_store
     from coordinator.coordinator import TransactionCoordinator
-    from coordinator.topics import get_topic
     from txnsource.options import with_topics
     from txnsource.pin import take_pin
-    from txnsource.schema import to_spark_schema, union_schema
 
     root = native_root(spark, opts)
     store = open_store(opts.path, opts.store)
@@ -409,10 +425,7 @@ def native_frame(spark: SparkSession, opts: ReadOptions, schema: StructType | st
         if pin is None:
             pin = take_pin(store, coord, opts)
         opts = with_topics(opts, list(pin.topics))
-        metas = {t: get_topic(store, t) for t in opts.topics}
-        check_types(list(metas.values()))
-        full = to_spark_schema(union_schema(list(metas.values())))
-        out = projection(spark, schema, full, list(metas.values()))
+        metas, full, out = topic_columns(spark, store, opts.topics, schema)
         scans = _planned(store, coord, opts, root, pin)
     finally:
         store.close()

@@ -23,14 +23,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from txnsource.native import (
-    NativeUnavailable,
-    check_types,
-    native_root,
-    projection,
-    range_scans,
-    scans_frame,
-)
+from txnsource.native import NativeUnavailable, native_root, range_scans, scans_frame, topic_columns
 from txnsource.options import parse_options, with_topics
 
 if TYPE_CHECKING:
@@ -52,8 +45,7 @@ def stream_frame(spark: SparkSession, options: Mapping[str, str], schema: Struct
     """
     from coordinator import open_store
     from coordinator.coordinator import TransactionCoordinator
-    from coordinator.topics import get_topic, list_topics
-    from txnsource.schema import to_spark_schema, union_schema
+    from coordinator.topics import list_topics
     from txnsource.stream import stream_ranges
 
     opts = parse_options(options, streaming=True)
@@ -68,10 +60,7 @@ def stream_frame(spark: SparkSession, options: Mapping[str, str], schema: Struct
         ranges = stream_ranges(coord, opts, json.loads(start), json.loads(end))
         # the topics of the query and any the offsets name (a replayed batch may name one not listed now)
         opts = replace(opts, topics=tuple(sorted(set(opts.topics).union(t for t, _ in ranges))))
-        metas = {t: get_topic(store, t) for t in opts.topics}
-        check_types(list(metas.values()))
-        full = to_spark_schema(union_schema(list(metas.values())))
-        out = projection(spark, schema, full, list(metas.values()))
+        metas, full, out = topic_columns(spark, store, opts.topics, schema)
         scans = range_scans(store, coord, opts, root, ranges)
     finally:
         store.close()
