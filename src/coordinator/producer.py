@@ -544,18 +544,15 @@ class Producer:
             ident, n = self.identity, self._n
             # the log is read on this thread (its reads fan out in parallel only from here), the puts in the pool
             staging = parallel.start(stage)
-            waits = [parallel.start(lambda: self.coordinator.open_transaction(ident, n)),
-                     lambda: self.coordinator.check_current(ident)]
+            opening = parallel.start(lambda: self.coordinator.open_transaction(ident, n))
             errors: list[BaseException] = []
-            try:
-                for wait in reversed(waits):
-                    # every request ends before this call does, even when one failed
-                    try:
-                        wait()
-                    except BaseException as exc:  # noqa: BLE001 - raised below, after a failed staging's error
-                        errors.append(exc)
-            finally:
-                ref = staging()
+            for wait in (lambda: self.coordinator.check_current(ident), opening):
+                # every request ends before this call does, even when one failed
+                try:
+                    wait()
+                except BaseException as exc:  # noqa: BLE001 - raised below, after a failed staging's error
+                    errors.append(exc)
+            ref = staging()
             if errors:
                 if isinstance(errors[0], ProducerFencedError):
                     self._fenced = True

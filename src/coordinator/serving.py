@@ -63,14 +63,13 @@ class Serving:
         self._serving = False
         self._handed = []
 
-    def _serve_in_background(self) -> bool:
-        """Start serving the queue on a thread of its own, unless one already serves. Returns whether one started."""
+    def _serve_in_background(self) -> None:
+        """Start serving the queue on a thread of its own, unless one already serves."""
         with self._serving_lock:
             if self._serving:
-                return False
+                return
             self._serving = True
         parallel.thread(self._serve_then_stop, name="txnlog-serve")
-        return True
 
     def _serve_then_stop(self) -> None:
         error: BaseException | None = None
