@@ -288,6 +288,9 @@ def _break(rule: str, h: History) -> None:
         h.ops.append(MiscOp("repair", "repair", 80, 81, outcome=UNKNOWN, detail="txnlog repair --execute: exit 1",
                             unrepaired=["_txn/log/00000000000000000003.json"],
                             named=["_txn/log/00000000000000000003.json"]))
+    elif rule == "shared-value":  # two transactions numbered alike by two threads of the harness
+        h.ops.append(TxnOp("A2", "w0t0", 0, 1, start=60, end=61, outcome=FAILED,
+                           writes={("a", 0): ["w0t0/0/1/0"]}))
     elif rule == "final-read":  # the store cannot be read after the repair
         final.outcome, final.error = UNKNOWN, "CorruptLogError: transaction log entry 3 is corrupt"
     else:

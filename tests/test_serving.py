@@ -19,6 +19,7 @@ from coordinator import (
     Store,
     StoreError,
     TransactionCoordinator,
+    faults,
     groupcommit,
     parallel,
     stage_segment,
@@ -208,3 +209,31 @@ def test_a_waiter_looking_for_its_records_beside_the_proof_never_deadlocks_on_th
     t.join(20)
     assert not t.is_alive(), "the waiter hung on the log's lock"
     assert log.decision(rid) is not None and log._records_found, "the records were not looked for beside the proof"
+
+
+@pytest.mark.usefixtures("serving_long")
+def test_the_serving_thread_never_hands_a_request_to_itself(backend: Backend) -> None:
+    """A request submitted on the serving thread itself is decided there, not handed over: the thread would wait
+    for itself until the submit budget ran out (and then answer an unknown outcome to a request nobody decided)."""
+    make_topic(backend.open(), partitions=2)
+    store = backend.open()
+    other = TransactionCoordinator(store).init_producer("other")
+    _intent_waiting(backend)
+    req = commit_request(txn=other.txn_id(0), tid=other.tid, pid=other.pid, epoch=other.epoch, n=0, segments=())
+    p = Producer(store, "a")
+    handed: list[object] = []
+
+    def injector(name: str) -> None:
+        if threading.current_thread().name == "txnlog-serve" and name == "txnlog.entry.before" and not handed:
+            handed.append(p.coordinator.log._hand_over(req))
+
+    with faults.injected(injector):
+        p.init_transactions()
+        with p.transaction():  # decides the waiting intent, then serves the queue on its own thread
+            p.send("t", rows([1], "a"), partition=0)
+        assert p.coordinator.log._serving
+        with p.transaction():  # handed to the serving thread, whose round creates an entry for it
+            p.send("t", rows([2], "a"), partition=0)
+    assert parallel.drain(30)
+    assert handed == [None]
+    assert committed_ids(backend) == [1, 2, 1000]

@@ -56,11 +56,13 @@ class Serving:
 
     _serving_lock: threading.Lock
     _serving: bool
+    _serving_thread: int | None
     _handed: list[HandedOver]
 
     def _init_serving(self) -> None:
         self._serving_lock = threading.Lock()
         self._serving = False
+        self._serving_thread = None
         self._handed = []
 
     def _serve_in_background(self) -> None:
@@ -73,6 +75,7 @@ class Serving:
 
     def _serve_then_stop(self) -> None:
         error: BaseException | None = None
+        self._serving_thread = threading.get_ident()
         try:
             self._serve([])
         except BaseException as exc:  # a crash of the thread is one of its process: the requests handed over see it
@@ -83,15 +86,16 @@ class Serving:
                 (log.debug if exiting else log.warning)("serving the queue stopped: %s", exc)
         finally:
             with self._serving_lock:
-                self._serving = False
+                self._serving, self._serving_thread = False, None
                 handed, self._handed = self._handed, []
             for h in handed:
                 h.answer(error=error)
 
     def _hand_over(self, req: Request) -> HandedOver | None:
-        """Hand ``req`` to this process's serving thread; None when none serves."""
+        """Hand ``req`` to this process's serving thread; None when none serves, or when the caller is that thread
+        (it would wait for itself)."""
         with self._serving_lock:
-            if not self._serving:
+            if not self._serving or self._serving_thread == threading.get_ident():
                 return None
             h = HandedOver(req)
             self._handed.append(h)

@@ -650,6 +650,17 @@ def final_read(h: History) -> list[str]:
     return [f"the final read failed: {h.final.error}"]
 
 
+def shared_values(h: History) -> list[str]:
+    """Two operations of the history claim to have written one value: every value names its writer, so this is a
+    fault of the harness's bookkeeping (two threads of a worker numbering its transactions at once, say), and every
+    rule that attributes a read value to its transaction would judge the wrong one."""
+    by: dict[str, list[str]] = defaultdict(list)
+    for t in h.txns():
+        for v in set(t.values()):
+            by[v].append(t.id)
+    return [f"{v} is claimed by {', '.join(ids)}" for v, ids in by.items() if len(ids) > 1]
+
+
 def quiescence(h: History) -> list[str]:
     """The final read is judged against a store nothing else touches: an operation (a maintenance pass a
     background job fired, say) still running when it started is a fault of the harness, not of the system."""
@@ -675,6 +686,7 @@ RULES: dict[str, Callable[[History], list[str]]] = {
     "reader-write": reader_writes,
     "integrity": integrity,
     "quiescence": quiescence,
+    "shared-value": shared_values,
     "lying-store-accepted": lying_store_accepted,
     "unrepaired": unrepaired,
     "final-read": final_read,

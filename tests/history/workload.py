@@ -334,6 +334,8 @@ class Worker:
         self._following = ""
         self.reading: ReadOp | None = None
         self._racing = threading.local()
+        #: the worker's own thread (its process's main thread): zombies run on it only
+        self._main_thread: int | None = None
 
     # -- plumbing ---------------------------------------------------------------------------------------------
 
@@ -387,8 +389,12 @@ class Worker:
             finally:
                 self._racing.on = False
         elif self.spec.race_rate and self.plan.draw("zombie-race", name) < self.spec.race_rate / 2 and \
-                (any(z.tid in self.procs for z in self.zombies) or any(q.zombies for q in self.queries)):
-            self._racing.on = True  # a zombie's late commit lands right here, inside another operation
+                (any(z.tid in self.procs for z in self.zombies) or any(q.zombies for q in self.queries)) and \
+                threading.get_ident() == self._main_thread:
+            # A zombie's late commit lands right here, inside another operation. Only on the worker's own thread:
+            # a background thread (serving the queue, writing records) may belong to the zombie's own process,
+            # which cannot be re-entered from inside one of its own store calls.
+            self._racing.on = True
             try:
                 with faults.injected(None):
                     self.zombie()
@@ -427,6 +433,7 @@ class Worker:
     def run(self) -> WorkerResult:
         if self.clock_skew_ms:
             self.plan.hit("clock-skew")
+        self._main_thread = threading.get_ident()
         with faults.injected(self.injector):
             for tid in self.tids:
                 self.start(tid, 0)
