@@ -232,6 +232,26 @@ MUTANTS: tuple[Mutant, ...] = (
          "[memory]",),
         "G7: a store error of a listing made ahead of time (even in another life of the process) fails the commit"),
     Mutant(
+        "outcome-from-unproven-view", "coordinator/txnlog.py",
+        "        if self._unproven and not self._prove():\n            return None\n        seen = self._decisions",
+        "        seen = self._decisions",
+        ("tests/test_history.py::test_a_commit_retried_after_a_refresh_that_failed_half_way_never_answers_from_"
+         "unproven_entries",),
+        "G7/G8: a retry answered from entries a failed refresh applied but never proved: fenced for a commit"),
+    Mutant(
+        "retry-store-error-says-undecided", "coordinator/groupcommit.py",
+        "                if tried:  # not",
+        "                if False:  # not",
+        ("tests/test_history.py::test_a_commit_retried_after_a_refresh_that_failed_half_way_never_answers_from_"
+         "unproven_entries",),
+        "G7: a retry whose refresh fails says StoreError (not decided) for a request an earlier try may have decided"),
+    Mutant(
+        "serving-thread-hands-to-itself", "coordinator/serving.py",
+        "if not self._serving or self._serving_thread == threading.get_ident():",
+        "if not self._serving:",
+        ("tests/test_serving.py::test_the_serving_thread_never_hands_a_request_to_itself[memory]",),
+        "liveness: a request submitted on the serving thread waits for that thread (itself) until the budget ends"),
+    Mutant(
         "replay-acks-before-second-copy", "coordinator/coordinator.py",
         "            self._secure_earlier(req)",
         "            pass",

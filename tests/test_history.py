@@ -39,6 +39,7 @@ from coordinator import (
     TransactionCoordinator,
     create_topic,
     faults,
+    groupcommit,
     open_store,
     read_snapshot,
     txnlog,
@@ -1181,6 +1182,79 @@ def test_a_commit_retried_after_an_unknown_outcome_never_guesses_fenced() -> Non
 
 
 
+class _ProofFails(LostReplyStore):
+    """A real store whose listing of numbered checkpoints (the proof that entries read are the log's) fails while
+    ``failing``."""
+
+    failing = False
+
+    def list(self, prefix: str, start_after: str | None = None, limit: int | None = None) -> list[str]:
+        if self.failing and prefix.startswith(TXN_CHECKPOINT):
+            raise StoreError(f"injected: list of {prefix!r} failed")
+        return super().list(prefix, start_after, limit)
+
+
+def test_a_commit_retried_after_a_refresh_that_failed_half_way_never_answers_from_unproven_entries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """G7/G8. A producer's commit waits as an intent; another process's entry commits it, then expiry forgets the
+    idle id. The waiter's refresh applies both entries, then fails proving them (the store fails): the commit
+    raises ``CommitStateUnknownError``, and the view holds the two entries unproven, their decisions not taken.
+    Called again at once (the view read "just now"), ``commit_transaction()`` answered from that view without
+    proving it: no decision of its own known, the id expired, so ``ProducerFencedError`` ("nothing of this
+    transaction is visible") for a committed transaction. Found by the histories (8 workers, ``--seed 50003``:
+    an aborted read of a transaction whose retry was answered fenced)."""
+    monkeypatch.setattr(groupcommit, "JUST_READ_S", 60.0)  # how recent "just now" is: timing only
+    url = _lake("unproven", ("t", 1), ("u", 1))
+    store = _ProofFails(open_store(url))
+    p = Producer(store, "x")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("t", [{"v": "mine"}])
+    p.flush()
+    other = Producer(open_store(url), "o")
+    other.init_transactions()
+
+    def take_the_entry() -> None:
+        with other.transaction():
+            other.send("u", [{"v": "first"}])
+
+    def decide_then_expire() -> None:
+        with other.transaction():  # decides the waiting intent
+            other.send("u", [{"v": "second"}])
+        coord = TransactionCoordinator(open_store(url))
+        assert "x" in coord.expire_transactional_ids(now=int(time.time() * 1000) + 30 * 86_400_000)
+        store.failing = True
+
+    steps = iter([take_the_entry, decide_then_expire])
+
+    def injector(name: str) -> None:
+        if name in ("txnlog.entry.before", "intent.after"):
+            step = next(steps, None)
+            if step is not None:
+                with faults.injected(None):
+                    step()
+
+    with faults.injected(injector):
+        try:
+            p.commit_transaction()
+            unknown = False
+        except CommitStateUnknownError:
+            unknown = True
+    assert next(steps, None) is None
+    assert "mine" in _values(url)  # committed by the other process's entry
+    assert unknown
+    # while the store still fails, the retry cannot learn the outcome: unknown, never a plain StoreError (which
+    # says the request was not decided)
+    with pytest.raises(CommitStateUnknownError):
+        p.commit_transaction()
+    store.failing = False
+    try:
+        p.commit_transaction()  # proves the view, whose entries hold the decision
+    except ProducerFencedError:
+        pytest.fail("answered ProducerFencedError for a committed transaction")
+
+
 def test_gc_never_deletes_a_segment_committed_while_it_runs() -> None:
     """G5. ``gc_partition`` lists the files, reads the state (``st``) and the live set, then, for a staged file of
     an undecided application attempt, reaps the attempt through the log. That reap refreshes the log, which
@@ -1333,10 +1407,13 @@ def test_an_interrupted_log_truncation_leaves_nothing_that_readers_or_verify_tri
     stale.log._refreshed = -1e9  # its view is older than the truncation: it lists the log
     assert stale.log.refresh().seq == busy.coordinator.log.state.seq
     assert _values(url) == sorted(f"b{i}" for i in range(40))
-    # a real gap (no checkpoint covers it) is still reported
+    # a real gap (no checkpoint covers it) is still reported (and, when the newest checkpoint is below it, the log
+    # cannot be replayed either: whether the background checkpoint of the last entry was written is timing)
     last = busy.coordinator.log.state.seq
     store.delete(txn_log_path(last - 1))
-    assert [p.kind for p in ti.verify(store)] == ["gap"]
+    problems = ti.verify(store)
+    assert "gap" in [p.kind for p in problems]
+    assert all(p.kind == "gap" or (p.kind == "corrupt" and "gap" in p.message) for p in problems), problems
 
 
 def test_a_truncation_interrupted_after_deleting_an_old_checkpoint_leaves_a_log_verify_accepts() -> None:

@@ -194,7 +194,7 @@ class GroupCommit(Serving):
         Raises:
             CommitStateUnknownError: the store could not say whether the deciding entry was written, or failed (or
                 the log turned out damaged) after ``req`` was published as an intent (another process may still
-                decide it).
+                decide it), or while a retry of ``req`` was learning what an earlier try decided.
             ConcurrentCommitError: undecided after :data:`SUBMIT_BUDGET_S` seconds.
             StoreError, CorruptLogError: the store failed or the log is damaged (``req`` was not decided).
             UnsupportedStoreError: the store does not honour conditional writes (nothing was written).
@@ -203,6 +203,8 @@ class GroupCommit(Serving):
             probe_conditional_writes(self.store)
             self._probed = True
         intentable = self.group_commit and req.kind in INTENT_KINDS
+        # an earlier try of this same request got as far as it may be decided (a retry after an unknown outcome)
+        tried = req.id in self._waited
         wrote_intent = False
         intent_seq = -1
         attempt = 0
@@ -242,6 +244,10 @@ class GroupCommit(Serving):
                     raise CommitStateUnknownError(
                         f"the store failed or the log is damaged while request {req.id} was waiting to be decided; "
                         f"it may still be: {exc}") from exc
+                if tried:  # not "not decided": an earlier try may have decided it
+                    raise CommitStateUnknownError(
+                        f"the store failed or the log is damaged while learning whether an earlier try decided "
+                        f"request {req.id}: {exc}") from exc
                 raise
             if result is not None:
                 self._waited.pop(req.id, None)
@@ -364,7 +370,7 @@ class GroupCommit(Serving):
             try:
                 if not self._opened:
                     self._open()
-                elif not (fresh and time.monotonic() - self._refreshed < JUST_READ_S):
+                elif not (fresh and not self._unproven and time.monotonic() - self._refreshed < JUST_READ_S):
                     self._catch_up()
             finally:
                 names = listing() if listing is not None else []

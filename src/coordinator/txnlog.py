@@ -493,7 +493,18 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof, LogDamage):
         (decided before the fence, or never: ``fenced``). Where the state cannot tell (the producer expired, or
         the epoch is older than the memory) and this process jumped over entries since the request first waited as
         an intent at entry ``since``, those entries are read to find out; what they cannot show is
-        ``unknown``."""
+        ``unknown``.
+
+        Only a proven view answers: entries a refresh applied but could not prove (it failed half way) are proven
+        first, since the state already holds them while their decisions are not taken yet (an expiry among them
+        would answer ``fenced`` for a request one of them committed). None when they cannot be proven (the log
+        moved on past them: the caller refreshes, or its next entry is refused until it has).
+
+        Raises:
+            StoreError: the store failed while proving the view.
+        """
+        if self._unproven and not self._prove():
+            return None
         seen = self._decisions.get(req.id)
         if seen is not None:
             return outcome_of_item(*seen)

@@ -620,7 +620,7 @@ class Worker:
                 op.retry_of = z.open_op.id
                 try:
                     self._commit(z.producer, op)
-                except Exception as exc:
+                except (Exception, InjectedCrash) as exc:  # see below
                     op.error, op.outcome = err(exc), FAILED if isinstance(exc, ProducerFencedError) else UNKNOWN
                 op.end = now()
                 return
@@ -638,7 +638,9 @@ class Worker:
                     z.producer.begin_transaction()
                 self._send(z.producer, op, self.rng.choice(WRITTEN), 0, 1)
                 self._commit(z.producer, op)
-            except Exception as exc:
+            except (Exception, InjectedCrash) as exc:
+                # InjectedCrash: the zombie's commit was handed to its process's serving thread, which still
+                # carries the faults of the process's life and died: the zombie process died with it
                 op.error, op.outcome = err(exc), FAILED if isinstance(exc, ProducerFencedError) else UNKNOWN
             op.end = now()
 
