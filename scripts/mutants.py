@@ -164,7 +164,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "G5/G7: a commit whose entry's reply was lost, truncated since with its producer expired, is answered fenced"),
     Mutant(
         "by-name-answer-trusted-after-a-pause", "coordinator/txnlog.py",
-        "if nxt is None and time.monotonic() - self._refreshed < RECENT_S:", "if nxt is None:",
+        "if nxt is None and not self._unproven and time.monotonic() - self._refreshed < RECENT_S:",
+        "if nxt is None and not self._unproven:",
         (f"{_TIMING}::test_a_read_whose_request_paused_before_the_store_applied_it_sees_what_was_acknowledged",),
         "a read misses a commit acknowledged while its by-name request paused before the store applied it"),
     Mutant(
@@ -238,6 +239,19 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_history.py::test_a_commit_retried_after_a_refresh_that_failed_half_way_never_answers_from_"
          "unproven_entries",),
         "G7/G8: a retry answered from entries a failed refresh applied but never proved: fenced for a commit"),
+    Mutant(
+        "new-pid-taken-for-memory-of-the-old", "coordinator/txnlog.py",
+        "expired = tid is not None and (meta is None or meta.pid != getattr(req, \"pid\", None))",
+        "expired = tid is not None and meta is None",
+        ("tests/test_history.py::test_a_commit_retried_after_an_unknown_outcome_never_guesses_fenced"
+         "[expired, then a new pid]",),
+        "G7: a commit decided before its id expired and was initialised again (new pid) is answered fenced"),
+    Mutant(
+        "refresh-returns-unproven-view", "coordinator/txnlog.py",
+        "if nxt is None and not self._unproven and time.monotonic() - self._refreshed < RECENT_S:",
+        "if nxt is None and time.monotonic() - self._refreshed < RECENT_S:",
+        ("tests/test_history.py::test_a_refresh_after_one_that_failed_half_way_never_returns_the_unproven_view",),
+        "G1/G5: a refresh after one that failed half way returns the entries it applied unproven (maybe a ghost)"),
     Mutant(
         "retry-store-error-says-undecided", "coordinator/groupcommit.py",
         "                if tried:  # not",

@@ -479,6 +479,15 @@ def test_unknown_outcome_may_be_present_or_absent_but_never_partial() -> None:
     assert "torn-transaction" in kinds and kinds <= {"torn-transaction", "lost-write"}, kinds
 
 
+def test_a_zombie_that_died_in_its_commit_is_flagged_only_when_what_it_wrote_is_visible() -> None:
+    h = _good()
+    h.ops.append(TxnOp("Z", "w0t1", 0, 9, start=70, end=71, commit_start=70, outcome=UNKNOWN, zombie=True,
+                       error="InjectedCrash: record.before", writes={("a", 1): ["w0t1/0/9/0"]}))
+    assert check(h) == []
+    _final(h).records.append(("a", 1, 0, "w0t1/0/9/0"))
+    assert "fencing" in {a.kind for a in check(h)}
+
+
 def test_zombie_commit_and_acknowledged_zombie_are_flagged() -> None:
     h = _good()
     h.ops.append(TxnOp("Z", "w0t0", 0, 9, start=70, end=71, commit_start=70, outcome=OK, zombie=True))
@@ -1125,7 +1134,8 @@ def test_a_lost_reply_on_a_derived_record_never_fails_the_commit() -> None:
 
 
 
-def test_a_commit_retried_after_an_unknown_outcome_never_guesses_fenced() -> None:
+@pytest.mark.parametrize("fence", ["new epoch", "expired, then a new pid"])
+def test_a_commit_retried_after_an_unknown_outcome_never_guesses_fenced(fence: str) -> None:
     """G7 ("never guessed"). A producer's commit waits as an intent; another process's entry commits it; the log
     moves on past a checkpoint and the producer is fenced (a new process initialised the id, or expiry). The
     producer's view jumps to the checkpoint, so it never reads the deciding entry: its ``commit_transaction()``
@@ -1133,7 +1143,8 @@ def test_a_commit_retried_after_an_unknown_outcome_never_guesses_fenced() -> Non
     ("nothing of this transaction is visible") although the transaction is committed: ``_outcome`` answers
     ``fenced`` for any request whose epoch moved on unless this process saw the decision. Found by the histories
     (``--seed 189 --expose retry-fenced-guess``, three workers: an aborted read of a transaction the retry
-    called failed)."""
+    called failed). The same when the id expired and a new process initialised it again, with a new pid: the
+    state then remembers nothing of the old pid's epochs (found by the histories, 8 workers, ``--seed 50005``)."""
     url = _lake("guess", ("t", 1), ("u", 1))
     p = Producer(open_store(url), "x")
     p.init_transactions()
@@ -1151,9 +1162,14 @@ def test_a_commit_retried_after_an_unknown_outcome_never_guesses_fenced() -> Non
         for i in range(40):  # the first of these decides the waiting intent
             with other.transaction():
                 other.send("u", [{"v": f"u{i}"}])
+        if fence != "new epoch":
+            coord = TransactionCoordinator(open_store(url))
+            assert "x" in coord.expire_transactional_ids(now=int(time.time() * 1000) + 30 * 86_400_000)
         Producer(open_store(url), "x").init_transactions()  # a new process fences p
         other.coordinator.log.refresh()
         other.coordinator.log.write_checkpoint()
+        # the entries p's view would read are gone: it jumps to the checkpoint
+        assert other.coordinator.log.truncate(grace_ms=txnlog.MIN_LOG_GRACE_MS, now=time.time() + 3600) > 0
 
     steps = iter([take_the_entry, decide_then_move_on])
 
@@ -1253,6 +1269,25 @@ def test_a_commit_retried_after_a_refresh_that_failed_half_way_never_answers_fro
         p.commit_transaction()  # proves the view, whose entries hold the decision
     except ProducerFencedError:
         pytest.fail("answered ProducerFencedError for a committed transaction")
+
+
+def test_a_refresh_after_one_that_failed_half_way_never_returns_the_unproven_view() -> None:
+    """G1/G5. A refresh that applied entries and then failed proving them leaves them in the view, unproven (they
+    may be a ghost a paused writer created under a number a truncation freed). The next refresh, finding nothing
+    newer by name, returned that view as it was: a reader would take unproven entries for the log's."""
+    url = _lake("unproven-reader", ("t", 1))
+    busy = _busy(url, range(2))
+    store = _ProofFails(open_store(url))
+    reader = TransactionCoordinator(store)
+    reader.log.refresh()
+    _busy(url, range(2, 5), busy)
+    store.failing = True
+    with pytest.raises(StoreError):
+        reader.log.refresh()
+    assert reader.log._unproven, "the failed refresh applied entries it could not prove"
+    store.failing = False
+    assert reader.log.refresh().seq == busy.coordinator.log.state.seq
+    assert not reader.log._unproven
 
 
 def test_gc_never_deletes_a_segment_committed_while_it_runs() -> None:

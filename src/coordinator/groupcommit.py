@@ -370,7 +370,7 @@ class GroupCommit(Serving):
             try:
                 if not self._opened:
                     self._open()
-                elif not (fresh and not self._unproven and time.monotonic() - self._refreshed < JUST_READ_S):
+                elif not (fresh and time.monotonic() - self._refreshed < JUST_READ_S):
                     self._catch_up()
             finally:
                 names = listing() if listing is not None else []

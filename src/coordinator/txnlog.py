@@ -269,7 +269,8 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof, LogDamage):
             seqs = range(self.state.seq + 1, self.state.seq + 2 + min(self._found_last, READ_AHEAD_ENTRIES - 1))
             got = parallel.pmap(self._read_entry_ahead, seqs)
             nxt = got[0]
-            if nxt is None and time.monotonic() - self._refreshed < RECENT_S:
+            # (entries a refresh that failed half way applied are proven first: never a view returned unproven)
+            if nxt is None and not self._unproven and time.monotonic() - self._refreshed < RECENT_S:
                 self._refreshed = started  # answered within the window: no number after the view was freed
                 self._found_last = 0
                 return
@@ -490,10 +491,10 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof, LogDamage):
     def _outcome(self, req: Request, *, since: int | None = None) -> Outcome | None:
         """What became of ``req``: the deciding item if this process read it (and proved it the log's), else what
         the state says. A producer request of a fenced epoch is answered from the state's memory of that epoch
-        (decided before the fence, or never: ``fenced``). Where the state cannot tell (the producer expired, or
-        the epoch is older than the memory) and this process jumped over entries since the request first waited as
-        an intent at entry ``since``, those entries are read to find out; what they cannot show is
-        ``unknown``.
+        (decided before the fence, or never: ``fenced``). Where the state cannot tell (the producer expired, maybe
+        initialised again since under a new pid, or the epoch is older than the memory) and this process jumped
+        over entries since the request first waited as an intent at entry ``since``, those entries are read to
+        find out; what they cannot show is ``unknown``.
 
         Only a proven view answers: entries a refresh applied but could not prove (it failed half way) are proven
         first, since the state already holds them while their decisions are not taken yet (an expiry among them
@@ -512,7 +513,10 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof, LogDamage):
         if gone is None:
             return outcome(req, self.state)
         tid = getattr(req, "tid", None)
-        expired = tid is not None and tid not in self.state.producers
+        # the state remembers nothing of a pid it no longer holds (the id expired, and maybe a new process has
+        # initialised it again since, under a new pid)
+        meta = self.state.producers.get(tid) if tid is not None else None
+        expired = tid is not None and (meta is None or meta.pid != getattr(req, "pid", None))
         if not expired and gone.status != "unknown":
             return gone  # proven by the state's memory of the epochs it fenced
         if since is None:

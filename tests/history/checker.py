@@ -518,8 +518,9 @@ def group_offsets(h: History) -> list[str]:
 
 def fencing(h: History) -> list[str]:
     """A zombie (superseded epoch) got an acknowledged commit of anything not committed before the fence, or failed
-    with anything but ProducerFencedError. (A zombie retrying the commit of a transaction that was decided before
-    the fence is answered with that decision: acknowledged only if every value of it is in the final read. When
+    with anything but ProducerFencedError, or died in its commit and yet what it wrote is visible. (A zombie
+    retrying the commit of a transaction that was decided before the fence is answered with that decision:
+    acknowledged only if every value of it is in the final read. When
     its producer's id has expired and the entries since its request waited are truncated, that decision cannot be
     found: ``CommitStateUnknownError`` saying so is the truth, as long as the retried transaction is all or nothing
     in the final read, its values that retention moved the log start past or that sit in partitions the final read
@@ -543,6 +544,11 @@ def fencing(h: History) -> list[str]:
             continue
         if op.outcome == OK:
             out.append(f"{what} committed")
+        elif op.error and op.error.startswith("InjectedCrash"):
+            # the zombie process died in its commit (its serving thread, still carrying the faults of its life,
+            # crashed): no answer to judge, and nothing it wrote after the fence may be visible
+            if committed := [v for v in op.values() if v in final]:
+                out.append(f"{what} died in its commit, yet {committed[:3]} of it are committed")
         elif op.error and op.error.split(":", 1)[0] not in FENCED_ERRORS:
             if op.error.startswith("CommitStateUnknownError") and (UNFINDABLE in op.error or UNTELLABLE in op.error) \
                     and retried is not None and (whole or not any(v in final for v in retried.values())):
