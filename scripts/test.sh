@@ -6,14 +6,17 @@
 # supported versions (constraints/oldest.txt) in a second environment (.venv-oldest).
 # Extra arguments go to pytest and skip the second pass, e.g.  bash scripts/test.sh -m "not slow"
 # TXNLOG_OLDEST=1 runs the second pass even with arguments, TXNLOG_OLDEST=0 never.
+# Both passes run on TXNLOG_WORKERS pytest-xdist workers (default 2; 0: one process): the Spark tests as one group
+# on one worker, sharing its SparkSession (tests/conftest.py), the rest spread over both.
 set -euo pipefail
 . "$(dirname "$0")/_setup.sh" test
 echo "ruff" >&2 && ruff check src tests bench examples
 echo "mypy" >&2 && mypy
+WORKERS="${TXNLOG_WORKERS:-2}"
 if [ "${TXNLOG_OLDEST:-$([ $# -eq 0 ] && echo 1 || echo 0)}" != 1 ]; then
-  exec python -m pytest "$@"
+  exec python -m pytest -n "$WORKERS" --dist loadgroup "$@"
 fi
-python -m pytest "$@"
+python -m pytest -n "$WORKERS" --dist loadgroup "$@"
 echo "Spark, store contract and partitioner tests with the oldest supported versions (constraints/oldest.txt)" >&2
 export TXNLOG_VENV="${VENV}-oldest" TXNLOG_CONSTRAINTS=oldest
 # what depends on the pyspark version: the Python Data Source API (batch and streaming reads and writes, filter
@@ -24,4 +27,4 @@ SPARK_OLDEST="tests/spark/test_read.py tests/spark/test_read_pushdown.py tests/s
   tests/spark/test_stream_write.py tests/spark/test_write.py tests/spark/test_write_native.py
   tests/spark/test_write_native_rule.py tests/spark/test_write_keyed_jvm.py tests/spark/test_extension.py
   tests/spark/test_native_stream_read.py tests/spark/test_native_stream_write.py"
-exec bash -c ". scripts/_setup.sh test && exec python -m pytest -m 'not slow' $(echo $SPARK_OLDEST) tests/test_store_contract.py tests/test_partitioner.py"
+exec bash -c ". scripts/_setup.sh test && exec python -m pytest -n $WORKERS --dist loadgroup -m 'not slow' $(echo $SPARK_OLDEST) tests/test_store_contract.py tests/test_partitioner.py"

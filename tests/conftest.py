@@ -20,6 +20,15 @@ from s3_lake import TEST_KEY, TEST_REGION, TEST_SECRET, S3Lake, close_admin, mak
 from store_roots import BACKENDS, store_root
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """On two workers (``-n 2 --dist loadgroup``, as ``scripts/test.sh`` runs the suite) the Spark tests run as one
+    group on one worker, sharing its SparkSession; the rest spreads over both."""
+    spark_dir = Path(__file__).parent / "spark"
+    for item in items:
+        if spark_dir in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.xdist_group("spark"))
+
+
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
     """``http://127.0.0.1:PORT`` of a moto S3 server running for the whole test session."""
