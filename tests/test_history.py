@@ -15,7 +15,7 @@ import random
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -1134,6 +1134,27 @@ def test_a_lost_reply_on_a_derived_record_never_fails_the_commit() -> None:
 
 
 
+def _at_entry_then_intent(steps: Iterator[Callable[[], None]]) -> Callable[[str], None]:
+    """A protocol-point injector running the next of ``steps`` (fault-free) when a committer is about to create its
+    log entry, and when it has published its intent: the first step takes the entry (the commit waits as an
+    intent), the second runs while it waits."""
+
+    def injector(name: str) -> None:
+        if name in ("txnlog.entry.before", "intent.after"):
+            step = next(steps, None)
+            if step is not None:
+                with faults.injected(None):
+                    step()
+
+    return injector
+
+
+def _expire(url: str, tid: str) -> None:
+    """Expire ``tid`` (idle long enough on a clock a month ahead)."""
+    coord = TransactionCoordinator(open_store(url))
+    assert tid in coord.expire_transactional_ids(now=int(time.time() * 1000) + 30 * 86_400_000)
+
+
 @pytest.mark.parametrize("fence", ["new epoch", "expired, then a new pid"])
 def test_a_commit_retried_after_an_unknown_outcome_never_guesses_fenced(fence: str) -> None:
     """G7 ("never guessed"). A producer's commit waits as an intent; another process's entry commits it; the log
@@ -1163,8 +1184,7 @@ def test_a_commit_retried_after_an_unknown_outcome_never_guesses_fenced(fence: s
             with other.transaction():
                 other.send("u", [{"v": f"u{i}"}])
         if fence != "new epoch":
-            coord = TransactionCoordinator(open_store(url))
-            assert "x" in coord.expire_transactional_ids(now=int(time.time() * 1000) + 30 * 86_400_000)
+            _expire(url, "x")
         Producer(open_store(url), "x").init_transactions()  # a new process fences p
         other.coordinator.log.refresh()
         other.coordinator.log.write_checkpoint()
@@ -1172,16 +1192,8 @@ def test_a_commit_retried_after_an_unknown_outcome_never_guesses_fenced(fence: s
         assert other.coordinator.log.truncate(grace_ms=txnlog.MIN_LOG_GRACE_MS, now=time.time() + 3600) > 0
 
     steps = iter([take_the_entry, decide_then_move_on])
-
-    def injector(name: str) -> None:
-        if name in ("txnlog.entry.before", "intent.after"):
-            step = next(steps, None)
-            if step is not None:
-                with faults.injected(None):
-                    step()
-
     unknown = False
-    with faults.injected(injector):
+    with faults.injected(_at_entry_then_intent(steps)):
         try:
             p.commit_transaction()  # learns the decision from the entries its view skipped
         except CommitStateUnknownError:
@@ -1238,20 +1250,11 @@ def test_a_commit_retried_after_a_refresh_that_failed_half_way_never_answers_fro
     def decide_then_expire() -> None:
         with other.transaction():  # decides the waiting intent
             other.send("u", [{"v": "second"}])
-        coord = TransactionCoordinator(open_store(url))
-        assert "x" in coord.expire_transactional_ids(now=int(time.time() * 1000) + 30 * 86_400_000)
+        _expire(url, "x")
         store.failing = True
 
     steps = iter([take_the_entry, decide_then_expire])
-
-    def injector(name: str) -> None:
-        if name in ("txnlog.entry.before", "intent.after"):
-            step = next(steps, None)
-            if step is not None:
-                with faults.injected(None):
-                    step()
-
-    with faults.injected(injector):
+    with faults.injected(_at_entry_then_intent(steps)):
         try:
             p.commit_transaction()
             unknown = False
