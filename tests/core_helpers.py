@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -15,6 +15,7 @@ from coordinator import (
     TransactionCoordinator,
     create_topic,
     open_store,
+    parallel,
     read_snapshot,
 )
 from coordinator.store import ObjectInfo
@@ -60,6 +61,18 @@ def check_dense(table: pa.Table) -> None:
         first = min(offs)
         dense = list(range(first, first + len(offs)))
         assert sorted(offs) == dense, f"partition {p} offsets not dense: {sorted(offs)[:20]}"
+
+
+def every_object(store: Store) -> Iterator[tuple[str, bytes]]:
+    """Each object of ``store`` with its bytes, once this process's background work is done (a commit deletes its
+    open marker, writes records, in the background); an object deleted between the listing and its read is
+    skipped."""
+    assert parallel.drain(30)
+    for info in store.list_info(""):
+        try:
+            yield info.path, store.get(info.path)
+        except FileNotFoundError:
+            continue
 
 
 def duplicates(ids: Iterable[int]) -> list[int]:
