@@ -241,8 +241,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "G7/G8: a retry answered from entries a failed refresh applied but never proved: fenced for a commit"),
     Mutant(
         "new-pid-taken-for-memory-of-the-old", "coordinator/txnlog.py",
-        "expired = tid is not None and (meta is None or meta.pid != getattr(req, \"pid\", None))",
-        "expired = tid is not None and meta is None",
+        "forgotten = tid is not None and (meta is None or meta.pid != getattr(req, \"pid\", None))",
+        "forgotten = tid is not None and meta is None",
         ("tests/test_history.py::test_a_commit_retried_after_an_unknown_outcome_never_guesses_fenced"
          "[expired, then a new pid]",),
         "G7: a commit decided before its id expired and was initialised again (new pid) is answered fenced"),

@@ -12,11 +12,11 @@ set -euo pipefail
 . "$(dirname "$0")/_setup.sh" test
 echo "ruff" >&2 && ruff check src tests bench examples
 echo "mypy" >&2 && mypy
-WORKERS="${TXNLOG_WORKERS:-2}"
+PYTEST="python -m pytest -n ${TXNLOG_WORKERS:-2} --dist loadgroup"
 if [ "${TXNLOG_OLDEST:-$([ $# -eq 0 ] && echo 1 || echo 0)}" != 1 ]; then
-  exec python -m pytest -n "$WORKERS" --dist loadgroup "$@"
+  exec $PYTEST "$@"
 fi
-python -m pytest -n "$WORKERS" --dist loadgroup "$@"
+$PYTEST "$@"
 echo "Spark, store contract and partitioner tests with the oldest supported versions (constraints/oldest.txt)" >&2
 export TXNLOG_VENV="${VENV}-oldest" TXNLOG_CONSTRAINTS=oldest
 # what depends on the pyspark version: the Python Data Source API (batch and streaming reads and writes, filter
@@ -27,4 +27,4 @@ SPARK_OLDEST="tests/spark/test_read.py tests/spark/test_read_pushdown.py tests/s
   tests/spark/test_stream_write.py tests/spark/test_write.py tests/spark/test_write_native.py
   tests/spark/test_write_native_rule.py tests/spark/test_write_keyed_jvm.py tests/spark/test_extension.py
   tests/spark/test_native_stream_read.py tests/spark/test_native_stream_write.py"
-exec bash -c ". scripts/_setup.sh test && exec python -m pytest -n $WORKERS --dist loadgroup -m 'not slow' $(echo $SPARK_OLDEST) tests/test_store_contract.py tests/test_partitioner.py"
+exec bash -c ". scripts/_setup.sh test && exec $PYTEST -m 'not slow' $(echo $SPARK_OLDEST) tests/test_store_contract.py tests/test_partitioner.py"

@@ -25,7 +25,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     group on one worker, sharing its SparkSession; the rest spreads over both."""
     spark_dir = Path(__file__).parent / "spark"
     for item in items:
-        if spark_dir in Path(str(item.path)).parents:
+        if spark_dir in item.path.parents:
             item.add_marker(pytest.mark.xdist_group("spark"))
 
 

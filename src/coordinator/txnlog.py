@@ -516,8 +516,8 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof, LogDamage):
         # the state remembers nothing of a pid it no longer holds (the id expired, and maybe a new process has
         # initialised it again since, under a new pid)
         meta = self.state.producers.get(tid) if tid is not None else None
-        expired = tid is not None and (meta is None or meta.pid != getattr(req, "pid", None))
-        if not expired and gone.status != "unknown":
+        forgotten = tid is not None and (meta is None or meta.pid != getattr(req, "pid", None))
+        if not forgotten and gone.status != "unknown":
             return gone  # proven by the state's memory of the epochs it fenced
         if since is None:
             since = self._waited.get(req.id)

@@ -620,8 +620,8 @@ class Worker:
                 op.retry_of = z.open_op.id
                 try:
                     self._commit(z.producer, op)
-                except (Exception, InjectedCrash) as exc:  # see below
-                    op.error, op.outcome = err(exc), FAILED if isinstance(exc, ProducerFencedError) else UNKNOWN
+                except (Exception, InjectedCrash) as exc:
+                    self._zombie_answered(op, exc)
                 op.end = now()
                 return
             if z.open_op is not None:
@@ -639,10 +639,15 @@ class Worker:
                 self._send(z.producer, op, self.rng.choice(WRITTEN), 0, 1)
                 self._commit(z.producer, op)
             except (Exception, InjectedCrash) as exc:
-                # InjectedCrash: the zombie's commit was handed to its process's serving thread, which still
-                # carries the faults of the process's life and died: the zombie process died with it
-                op.error, op.outcome = err(exc), FAILED if isinstance(exc, ProducerFencedError) else UNKNOWN
+                self._zombie_answered(op, exc)
             op.end = now()
+
+    @staticmethod
+    def _zombie_answered(op: TxnOp, exc: BaseException) -> None:
+        """Record what a zombie's commit got: fenced (it never happened), or anything else (unknown). An
+        ``InjectedCrash`` is its process dying: the commit was handed to the process's serving thread, which still
+        carries the faults of the process's life and crashed."""
+        op.error, op.outcome = err(exc), FAILED if isinstance(exc, ProducerFencedError) else UNKNOWN
 
     # -- consume-transform-produce ----------------------------------------------------------------------------
 
