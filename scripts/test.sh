@@ -26,5 +26,5 @@ SPARK_OLDEST="tests/spark/test_read.py tests/spark/test_read_pushdown.py tests/s
   tests/spark/test_read_native.py tests/spark/test_read_native_rule.py tests/spark/test_stream_read.py
   tests/spark/test_stream_write.py tests/spark/test_write.py tests/spark/test_write_native.py
   tests/spark/test_write_native_rule.py tests/spark/test_write_keyed_jvm.py tests/spark/test_extension.py
-  tests/spark/test_native_stream_read.py tests/spark/test_native_stream_write.py"
+  tests/spark/test_extension_stream.py tests/spark/test_native_stream_read.py tests/spark/test_native_stream_write.py"
 exec bash -c ". scripts/_setup.sh test && exec $PYTEST -m 'not slow' $(echo $SPARK_OLDEST) tests/test_store_contract.py tests/test_partitioner.py"

@@ -90,10 +90,12 @@ class _Planner:
             log.info("txnlog: native planning failed (%s); the Python data source reads", type(exc).__name__)
         return None
 
-    def planStream(self, options_json: str, schema_json: str, start: str, end: str) -> Any:  # noqa: N802 - Java's
+    def planStream(self, options_json: str, schema_json: str, start: str, end: str,  # noqa: N802 - Java's
+                   strict: bool = False) -> Any:
         """The Dataset (a py4j object) of the micro-batch from offset ``start`` to ``end`` (the stream reader's JSON
-        offsets) of a ``readStream.format("txnlog")`` with these options and read schema, or None (the stream reader
-        reads it, and reports any error as it always does)."""
+        offsets) of a ``readStream.format("txnlog")`` with these options and read schema; when it cannot be had,
+        None (the Python stream reader reads it, and reports any error as it always does) or, with ``strict`` (the
+        JVM stream of :mod:`txnsource.jvmstream`, which nothing else reads), the reason."""
         from pyspark.sql.types import StructType
 
         from txnsource.nativestream import NativeUnavailable, stream_frame
@@ -103,11 +105,28 @@ class _Planner:
             schema = StructType.fromJson(json.loads(schema_json))
             return stream_frame(self.spark, text, schema, start, end)._jdf
         except NativeUnavailable as why:
+            if strict:
+                return str(why)
             log.info("txnlog: micro-batch read through the Python stream reader: %s", why)
         except Exception as exc:  # noqa: BLE001 - the stream reader plans again and reports it as it always does
+            if strict:
+                return f"{type(exc).__name__}: {exc}"
             log.info("txnlog: native micro-batch planning failed (%s: %s); the Python stream reader reads",
                      type(exc).__name__, exc)
         return None
+
+    def streamable(self, options_json: str, schema_json: str) -> str | None:
+        """None when the JVM stream may read a stream with these options (:func:`txnsource.jvmstream.streamable`),
+        else why not."""
+        from txnsource.jvmstream import streamable
+
+        return streamable(self.spark, {str(k): str(v) for k, v in json.loads(options_json).items()})
+
+    def openStream(self, options_json: str, schema_json: str) -> Any:  # noqa: N802 - Java's name
+        """The offsets of a query starting now (:class:`txnsource.jvmstream.StreamCalls`)."""
+        from txnsource.jvmstream import open_stream
+
+        return open_stream(options_json, schema_json)
 
 
 def _pin_of(source: bytes | None) -> object:

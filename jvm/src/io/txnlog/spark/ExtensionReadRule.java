@@ -14,6 +14,7 @@ import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.Project;
 import org.apache.spark.sql.catalyst.rules.Rule;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation;
+import org.apache.spark.sql.execution.datasources.v2.StreamingDataSourceV2ScanRelation;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 import scala.jdk.javaapi.CollectionConverters;
@@ -50,6 +51,13 @@ final class ExtensionReadRule extends Rule<LogicalPlan> {
     }
 
     private LogicalPlan rewrite(LogicalPlan plan) {
+        if (plan instanceof StreamingDataSourceV2ScanRelation) {
+            StreamingDataSourceV2ScanRelation scan = (StreamingDataSourceV2ScanRelation) plan;
+            if (!(scan.stream() instanceof TxnlogStream.Stream)) {
+                return plan;  // the Python stream's micro-batches stay with its reader under the extension
+            }
+            return NativeReadRule.replaceStream(scan, PythonSide.planner(session), format);
+        }
         if (plan instanceof DataSourceV2Relation) {
             LogicalPlan replaced = replace((DataSourceV2Relation) plan);
             return replaced != null ? replaced : plan;

@@ -42,7 +42,18 @@ public class NativeReadRule extends Rule<LogicalPlan> {
     public interface Planner {
         Object plan(String optionsJson, String schemaJson, byte[] source);
 
-        Object planStream(String optionsJson, String schemaJson, String startJson, String endJson);
+        /**
+         * The Dataset of the micro-batch from {@code startJson} to {@code endJson}; when it cannot be had, null
+         * (the Python stream reads it) or, with {@code strict} (a {@link TxnlogStream}: nothing else can read it),
+         * the reason as a {@code String}.
+         */
+        Object planStream(String optionsJson, String schemaJson, String startJson, String endJson, boolean strict);
+
+        /** Null when the native scan can read every micro-batch of a stream with these options, else why not. */
+        String streamable(String optionsJson, String schemaJson);
+
+        /** The {@link StreamCalls} of a new query with these options and schema (a py4j proxy). */
+        Object openStream(String optionsJson, String schemaJson);
     }
 
     /** The Spark configuration under which the data source receives filters (and the plan no longer has them). */
@@ -96,22 +107,39 @@ public class NativeReadRule extends Rule<LogicalPlan> {
     }
 
     private LogicalPlan replaceStream(StreamingDataSourceV2ScanRelation scan) {
+        boolean ours = scan.stream() instanceof TxnlogStream.Stream;  // no filter is pushed into it
+        return pushdown() && !ours ? null : replaceStream(scan, planner, format);
+    }
+
+    /**
+     * The native plan of the micro-batch scan {@code scan} of a txnlog stream (the Python stream or
+     * {@link TxnlogStream}), asked of {@code planner}; null when {@code scan} is of another source, or the Python
+     * stream keeps it.
+     *
+     * @throws IllegalStateException when a {@link TxnlogStream} micro-batch cannot be read natively (why)
+     */
+    static LogicalPlan replaceStream(StreamingDataSourceV2ScanRelation scan, Planner planner, String format) {
         Table table = scan.relation().table();
-        if (scan.startOffset().isEmpty() || scan.endOffset().isEmpty() || pushdown()
-                || !table.getClass().getName().endsWith(".PythonTable")
-                || !format.equalsIgnoreCase(table.name())
-                || !scan.stream().getClass().getName().contains(".PythonMicroBatchStream")) {
+        boolean ours = scan.stream() instanceof TxnlogStream.Stream;
+        if (scan.startOffset().isEmpty() || scan.endOffset().isEmpty() || !format.equalsIgnoreCase(table.name())
+                || !(ours || table.getClass().getName().endsWith(".PythonTable")
+                    && scan.stream().getClass().getName().contains(".PythonMicroBatchStream"))) {
             return null;
         }
         Map<String, String> options = new HashMap<>(scan.relation().options().asCaseSensitiveMap());
         Object got = planner.planStream(Options.toJson(options), scan.schema().json(),
-                scan.startOffset().get().json(), scan.endOffset().get().json());
-        if (!(got instanceof org.apache.spark.sql.classic.Dataset)) {
-            return null;
+                scan.startOffset().get().json(), scan.endOffset().get().json(), ours);
+        LogicalPlan child = got instanceof org.apache.spark.sql.classic.Dataset
+                ? streaming(((org.apache.spark.sql.classic.Dataset<?>) got).queryExecution().optimizedPlan(),
+                        scan.stream()) : null;
+        LogicalPlan out = child == null ? null : ExtensionReadRule.project(scan.output(), child);
+        if (out == null && ours) {
+            throw new IllegalStateException("txnlog: a micro-batch from " + scan.startOffset().get().json() + " to "
+                    + scan.endOffset().get().json() + " cannot be read by Spark's Parquet scan: "
+                    + (got instanceof String ? got : "its plan does not match the stream's columns")
+                    + "; restart the query with option readPath = python");
         }
-        LogicalPlan child = streaming(((org.apache.spark.sql.classic.Dataset<?>) got).queryExecution().optimizedPlan(),
-                scan.stream());
-        return child == null ? null : ExtensionReadRule.project(scan.output(), child);
+        return out;
     }
 
     /** {@code plan} with each leaf marked streaming and tied to {@code stream}, or null for a leaf of another kind. */

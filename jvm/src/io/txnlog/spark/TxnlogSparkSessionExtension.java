@@ -28,6 +28,12 @@ public class TxnlogSparkSessionExtension extends AbstractFunction1<SparkSessionE
 
     @Override
     public BoxedUnit apply(SparkSessionExtensions extensions) {
+        extensions.injectResolutionRule(new AbstractFunction1<SparkSession, Rule<LogicalPlan>>() {
+            @Override
+            public Rule<LogicalPlan> apply(SparkSession session) {
+                return new StreamResolutionRule(session, FORMAT);
+            }
+        });
         extensions.injectOptimizerRule(new AbstractFunction1<SparkSession, Rule<LogicalPlan>>() {
             @Override
             public Rule<LogicalPlan> apply(SparkSession session) {

@@ -1,0 +1,159 @@
+"""``readStream.format("txnlog")`` under txnlog's session extension: the JVM stream (``io.txnlog.spark.TxnlogStream``)
+takes the query, so no Python process starts for it, and every micro-batch is read by Spark's Parquet scan; the
+offsets are the stream reader's, so rows arrive exactly once across admission limits, restarts (from a checkpoint
+the Python stream wrote, too) and a SIGKILLed driver. Queries the native scan cannot read keep the Python stream.
+
+The extension is a static setting, so each configured application runs in a child process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator import read_snapshot
+
+pytestmark = pytest.mark.spark
+
+PYTHON_STREAM = "PythonMicroBatchStream"
+
+COMMON = r'''
+import contextlib, faulthandler, io, json, os, sys
+faulthandler.dump_traceback_later(400, exit=True)  # a hang fails with the stacks in stderr
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+from pyspark.sql import SparkSession
+from pyspark_txnlog import configure_spark_with_txnlog
+
+JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+builder = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+           .config("spark.sql.shuffle.partitions", "2").config("spark.driver.extraJavaOptions", JVM))
+spark = configure_spark_with_txnlog(builder).getOrCreate()
+
+def append(lake, topic, lo, hi):
+    (spark.range(lo, hi, numPartitions=2).selectExpr("id", "concat('g', cast(id % 3 AS string)) AS grp")
+     .write.format("txnlog").option("topic", topic).option("numPartitions", "2").mode("append").save(lake))
+
+def stream(lake, topic, **options):
+    reader = spark.readStream.format("txnlog").option("topic", topic).option("startingOffsets", "earliest")
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load(lake)
+'''
+
+SCENARIOS = COMMON + r'''
+lake, ck = sys.argv[1], sys.argv[2]
+got = {}
+
+def drain(name, df, **options):
+    """Run ``df`` into Spark's Parquet file sink until everything available is read; the ids the sink holds, the
+    run's batches and its source."""
+    q = (df.writeStream.format("parquet").option("path", f"{ck}/{name}-out")
+         .option("checkpointLocation", f"{ck}/{name}").trigger(availableNow=True).start())
+    q.awaitTermination()
+    batches = [p for p in q.recentProgress if p["numInputRows"] > 0]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        q.explain()
+    ids = sorted(r.id for r in spark.read.parquet(f"{ck}/{name}-out").select("id").collect())
+    return {"ids": ids, "batches": len(batches), "source": batches[0]["sources"][0]["description"] if batches else "",
+            "plan": out.getvalue()}
+
+append(lake, "t", 0, 1000)
+got["all"] = drain("all_rows", stream(lake, "t"))
+got["limited"] = drain("limited", stream(lake, "t", maxRecordsPerTrigger="300"))
+got["headers"] = drain("headers", stream(lake, "t", includeHeaders="true"))
+got["python"] = drain("python", stream(lake, "t", readPath="python"))
+# a checkpoint the Python stream wrote, continued by the JVM stream after more commits
+append(lake, "t", 1000, 1500)
+got["after_python"] = drain("python", stream(lake, "t"))
+counts = stream(lake, "t").groupBy("grp").count()
+q = (counts.writeStream.format("memory").queryName("counts").outputMode("complete")
+     .option("checkpointLocation", f"{ck}/counts").trigger(availableNow=True).start())
+q.awaitTermination()
+append(lake, "t", 1500, 1800)
+q = (counts.writeStream.format("memory").queryName("counts2").outputMode("complete")
+     .option("checkpointLocation", f"{ck}/counts").trigger(availableNow=True).start())
+q.awaitTermination()
+got["counts"] = {r.grp: r["count"] for r in spark.sql("SELECT * FROM counts2").collect()}
+print(json.dumps(got), flush=True)
+'''
+
+COPY = COMMON + r'''
+lake, ck, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+if mode == "setup":
+    append(lake, "src", 0, 6000)
+    sys.exit(0)
+writer = (stream(lake, "src", maxRecordsPerTrigger="500").select("id", "grp").writeStream.format("txnlog")
+          .option("topic", "out").option("numPartitions", "2").option("checkpointLocation", ck))
+if mode == "run":
+    print("started", flush=True)
+    writer.trigger(processingTime="0 seconds").start(lake).awaitTermination()
+else:
+    q = writer.trigger(availableNow=True).start(lake)
+    q.awaitTermination()
+    print(json.dumps({"source": q.lastProgress["sources"][0]["description"]}), flush=True)
+'''
+
+
+def child(tmp_path: Path, name: str, script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / f"{name}.py"
+    path.write_text(script)
+    run = subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "SPARK_TESTING": "1"})
+    assert run.returncode == 0, run.stderr[-4000:]
+    return run
+
+
+def test_the_jvm_stream_reads_each_row_once_natively_and_leaves_what_it_cannot_read_to_the_python_stream(
+        tmp_path: Path) -> None:
+    run = child(tmp_path, "scenarios", SCENARIOS, str(tmp_path / "lake"), str(tmp_path / "ck"))
+    got: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
+    everything = list(range(1000))
+    for name in ("all", "limited"):
+        assert got[name]["ids"] == everything, name
+        assert got[name]["source"] == "txnlog", got[name]["source"]  # the JVM stream, not the Python one
+        assert "FileScan" in got[name]["plan"] and "PythonDataSource" not in got[name]["plan"], got[name]["plan"]
+    assert got["all"]["batches"] == 1
+    assert got["limited"]["batches"] == 4  # 300 + 300 + 300 + 100: the stream reader's admission
+    for name in ("headers", "python"):
+        assert got[name]["ids"] == everything, name
+        assert PYTHON_STREAM in got[name]["source"], got[name]["source"]
+    assert got["after_python"]["ids"] == everything + list(range(1000, 1500))  # the sink holds both runs
+    assert got["after_python"]["source"] == "txnlog"
+    assert got["after_python"]["batches"] == 1
+    assert got["counts"] == {"g0": 600, "g1": 600, "g2": 600}  # state kept across the restart
+
+
+@pytest.mark.slow
+def test_a_sigkilled_driver_restarts_from_its_checkpoint_and_writes_each_row_once(tmp_path: Path) -> None:
+    lake, ck = str(tmp_path / "lake"), str(tmp_path / "ck")
+    child(tmp_path, "copy_topic", COPY, lake, ck, "setup")
+    script = tmp_path / "copy_topic.py"
+    proc = subprocess.Popen([sys.executable, str(script), lake, ck, "run"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "SPARK_TESTING": "1"},
+                            start_new_session=True)
+    try:
+        commits = Path(ck) / "commits"
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            if commits.is_dir() and len([p for p in commits.iterdir() if p.name.isdigit()]) >= 3:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.communicate()[1][-4000:]
+        done = len([p for p in commits.iterdir() if p.name.isdigit()])
+        assert done < 12, "the query finished before it was killed"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver and the planner process it started
+        proc.communicate()
+    run = child(tmp_path, "copy_topic", COPY, lake, ck, "finish")
+    assert json.loads(run.stdout.strip().splitlines()[-1])["source"] == "txnlog"
+    ids = read_snapshot(lake, ["out"])["out"].column("id").to_pylist()
+    assert sorted(ids) == list(range(6000))  # each row once: none lost, none written twice
