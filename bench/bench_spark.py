@@ -36,19 +36,23 @@ from typing import Any
 from bench_read import print_reads, read_measures
 
 
-def session(cores: int) -> Any:
+def session(cores: int, extension: bool = False) -> Any:
+    """The benchmarks' ``local[cores]`` session; with ``extension``, configured with txnlog's session extension
+    (:func:`pyspark_txnlog.configure_spark_with_txnlog`)."""
     from pyspark.sql import SparkSession
 
+    from pyspark_txnlog import configure_spark_with_txnlog
+
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    return (
+    builder = (
         SparkSession.builder.master(f"local[{cores}]")
         .appName("txnlog-bench")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", str(cores))
         .config("spark.driver.memory", "6g")
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "100000")
-        .getOrCreate()
     )
+    return (configure_spark_with_txnlog(builder) if extension else builder).getOrCreate()
 
 
 #: ``event_time`` of the benchmark's rows: 86,400 distinct seconds (``day``, the default), or a distinct

@@ -2,7 +2,9 @@
 
 1. ``txnlog -> txnlog``: a streaming query over a backlog of ``--rows`` records of a txnlog topic
    (``Trigger.AvailableNow``, ``maxRecordsPerTrigger`` = rows / ``--batches``) into another topic, in a session
-   with both ``txnsource.enable_native`` and ``txnsink.enable_native``, against ``parquet -> parquet``: Spark's
+   with both ``txnsource.enable_native`` and ``txnsink.enable_native`` (and, by default, txnlog's session
+   extension: the source is then the JVM stream, which starts no Python process; ``--session plain`` for the
+   Python stream), against ``parquet -> parquet``: Spark's
    Parquet file source over the same rows (``--batches`` micro-batches of one file per core) into Spark's
    exactly-once file sink;
 2. the read alone: the same txnlog backlog into Spark's ``noop`` sink;
@@ -14,7 +16,7 @@ fresh checkpoint and a fresh output. Each row reports the median wall time of a 
 micro-batch, and the median ratio over the runs (txnlog / Spark; below 1 means txnlog was faster).
 
     python bench/bench_stream_write.py [--rows 4000000] [--partitions 8] [--batches 8] [--runs 3] [--warmup 1]
-                                       [--python]
+                                       [--python] [--session extension|plain]
 """
 
 from __future__ import annotations
@@ -59,12 +61,14 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=1, help="untimed interleaved runs before them")
     ap.add_argument("--cores", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--python", action="store_true", help="also the data source's streaming writer")
+    ap.add_argument("--session", choices=("extension", "plain"), default="extension",
+                    help="configure txnlog's session extension too (txnlog sources are then the JVM stream)")
     args = ap.parse_args()
 
     import txnsink
     import txnsource
 
-    spark = session(args.cores)
+    spark = session(args.cores, extension=args.session == "extension")
     spark.sparkContext.setLogLevel("ERROR")
     txnsource.enable_native(spark)
     txnsink.enable_native(spark)

@@ -6,7 +6,8 @@
 (``io.txnlog.spark.TxnlogSparkSessionExtension``) on a session builder, as Delta's ``configure_spark_with_delta_pip``
 does: every session of that application then reads ``format("txnlog")`` with Spark's own Parquet reader and
 writes it with Spark's own Parquet writer wherever the native paths apply, with no further call (on a Spark Connect
-server too: configure the server). The extension's rules ask a Python process the driver's JVM starts once
+server too: configure the server), and runs ``readStream.format("txnlog")`` queries on a JVM stream that starts no
+Python process per query (:mod:`txnsource.jvmstream`). The extension's rules ask a Python process the driver's JVM starts once
 (:func:`serve`) to plan each read and write.
 
 This module only glues the reader package (:mod:`txnsource`) and the writer package (:mod:`txnsink`) together;

@@ -24,7 +24,9 @@ the data source took over are no longer in the plan, so a replacement could not 
 Streaming reads: the rule also replaces the scan of each micro-batch of ``spark.readStream.format("txnlog")`` (its
 offsets still decided by the stream reader) by the native DataFrame of that batch's offset range, marked streaming so
 that stateful operators above it stay stateful (:mod:`txnsource.nativestream`). A query takes the session's rules
-when it starts: call :func:`enable_native` before ``writeStream...start()``.
+when it starts: call :func:`enable_native` before ``writeStream...start()``. The query's offsets still come from
+the Python stream, which Spark runs in a Python process it starts per query; under the session extension the query
+runs on a JVM stream instead (:mod:`txnsource.jvmstream`), whose micro-batches this rule reads too.
 """
 
 from __future__ import annotations

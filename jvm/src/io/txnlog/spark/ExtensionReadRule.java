@@ -30,6 +30,10 @@ import scala.jdk.javaapi.CollectionConverters;
  * filters into the Parquet scan. A relation the planner leaves to the data source gets the option
  * {@code readPath = python}, so the optimizer's later passes do not ask again (each asking takes a snapshot). The
  * rule stands aside in a session where {@code txnsource.enable_native} installed its own rule.
+ *
+ * <p>It also replaces each micro-batch scan of {@link TxnlogStream} (the stream {@link StreamResolutionRule} gives
+ * {@code readStream.format("txnlog")} queries) by the native scan of the batch's offset range, as
+ * {@link NativeReadRule} does; the Python stream's micro-batches stay with its reader under the extension alone.
  */
 final class ExtensionReadRule extends Rule<LogicalPlan> {
     private static final String READ_PATH = "readPath";

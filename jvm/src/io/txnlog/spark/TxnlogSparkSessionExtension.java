@@ -16,7 +16,10 @@ import scala.runtime.BoxedUnit;
  * same behaviour in one classic session). It works wherever the extension is configured: a classic driver, a
  * {@code local-cluster} or cluster driver, a Spark Connect server.
  *
- * <p>Both rules are optimizer rules ({@link SparkSessionExtensions#injectOptimizerRule}): the read rule
+ * <p>A resolution rule ({@link StreamResolutionRule}) gives {@code readStream.format("txnlog")} relations the JVM
+ * stream {@link TxnlogStream}, so a streaming query starts no Python process of its own.
+ *
+ * <p>The read and write rules are optimizer rules ({@link SparkSessionExtensions#injectOptimizerRule}): the read rule
  * ({@link ExtensionReadRule}) replaces the data source's relation before Spark plans its scan; the write rule is
  * {@link NativeWriteRule}. Both ask txnlog's Python planner on the driver ({@link PythonSide}): the driver's
  * Python process when {@code enable_native} installed its own rule in the session (that rule then acts and these
