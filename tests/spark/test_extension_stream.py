@@ -1,7 +1,8 @@
 """``readStream.format("txnlog")`` under txnlog's session extension: the JVM stream (``io.txnlog.spark.TxnlogStream``)
 takes the query, so no Python process starts for it, and every micro-batch is read by Spark's Parquet scan; the
 offsets are the stream reader's, so rows arrive exactly once across admission limits, restarts (from a checkpoint
-the Python stream wrote, too) and a SIGKILLed driver. Queries the native scan cannot read keep the Python stream.
+the Python stream wrote, too), a replayed micro-batch and a SIGKILLed driver. Queries the native scan cannot read
+keep the Python stream.
 
 The extension is a static setting, so each configured application runs in a child process.
 """
@@ -83,6 +84,23 @@ q = (counts.writeStream.format("memory").queryName("counts2").outputMode("comple
      .option("checkpointLocation", f"{ck}/counts").trigger(availableNow=True).start())
 q.awaitTermination()
 got["counts"] = {r.grp: r["count"] for r in spark.sql("SELECT * FROM counts2").collect()}
+# a replayed micro-batch: the run's last batch logged but not committed (a crash between the two), more commits
+# meanwhile; Spark runs the logged offsets again and the batch reads exactly the rows it read the first time
+seen = {}
+def record(df, batch_id):
+    seen.setdefault(str(batch_id), []).append(sorted(r.id for r in df.select("id").collect()))
+def replay_run():
+    q = (stream(lake, "r", maxRecordsPerTrigger="400").writeStream.foreachBatch(record)
+         .option("checkpointLocation", f"{ck}/replay").trigger(availableNow=True).start())
+    q.awaitTermination()
+    return q.lastProgress["sources"][0]["description"]
+append(lake, "r", 0, 1000)
+got["replay_source"] = replay_run()
+for name in ("2", ".2.crc"):
+    os.remove(f"{ck}/replay/commits/{name}")
+append(lake, "r", 1000, 1100)
+replay_run()
+got["replay"] = seen
 print(json.dumps(got), flush=True)
 '''
 
@@ -130,6 +148,12 @@ def test_the_jvm_stream_reads_each_row_once_natively_and_leaves_what_it_cannot_r
     assert got["after_python"]["source"] == "txnlog"
     assert got["after_python"]["batches"] == 1
     assert got["counts"] == {"g0": 600, "g1": 600, "g2": 600}  # state kept across the restart
+    replay = got["replay"]
+    assert got["replay_source"] == "txnlog"
+    assert sorted(replay) == ["0", "1", "2", "3"], sorted(replay)
+    assert [len(replay[b]) for b in ("0", "1", "2", "3")] == [1, 1, 2, 1]  # batch 2 ran twice
+    assert replay["2"][0] == replay["2"][1]  # the same rows both times, none of the later commits
+    assert sorted(i for b in ("0", "1", "2", "3") for i in replay[b][0]) == list(range(1100))
 
 
 @pytest.mark.slow
