@@ -7,8 +7,8 @@
 does: every session of that application then reads ``format("txnlog")`` with Spark's own Parquet reader and
 writes it with Spark's own Parquet writer wherever the native paths apply, with no further call (on a Spark Connect
 server too: configure the server), and runs ``readStream.format("txnlog")`` queries on a JVM stream that starts no
-Python process per query (:mod:`txnsource.jvmstream`). The extension's rules ask a Python process the driver's JVM starts once
-(:func:`serve`) to plan each read and write.
+Python process per query (:mod:`txnsource.jvmstream`). The extension's rules ask a Python process the driver's JVM
+starts once (:func:`serve`) to plan each read and write.
 
 This module only glues the reader package (:mod:`txnsource`) and the writer package (:mod:`txnsink`) together;
 neither imports the other.
