@@ -70,6 +70,7 @@ def drain(name, df, **options):
 append(lake, "t", 0, 1000)
 got["all"] = drain("all_rows", stream(lake, "t"))
 got["limited"] = drain("limited", stream(lake, "t", maxRecordsPerTrigger="300"))
+got["by_bytes"] = drain("by_bytes", stream(lake, "t", maxBytesPerTrigger="2000"))
 got["headers"] = drain("headers", stream(lake, "t", includeHeaders="true"))
 got["python"] = drain("python", stream(lake, "t", readPath="python"))
 # a checkpoint the Python stream wrote, continued by the JVM stream after more commits
@@ -141,6 +142,8 @@ def test_the_jvm_stream_reads_each_row_once_natively_and_leaves_what_it_cannot_r
         assert "FileScan" in got[name]["plan"] and "PythonDataSource" not in got[name]["plan"], got[name]["plan"]
     assert got["all"]["batches"] == 1
     assert got["limited"]["batches"] == 4  # 300 + 300 + 300 + 100: the stream reader's admission
+    assert got["by_bytes"]["ids"] == everything and got["by_bytes"]["source"] == "txnlog"
+    assert got["by_bytes"]["batches"] > 1  # the read limit in bytes crossed to the stream reader and back
     for name in ("headers", "python"):
         assert got[name]["ids"] == everything, name
         assert PYTHON_STREAM in got[name]["source"], got[name]["source"]
