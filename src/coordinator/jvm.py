@@ -79,7 +79,8 @@ def segment_writes(spark: Any) -> Any:
 
 def segment_scans(spark: Any) -> Any:
     """The jar's ``io.txnlog.spark.SegmentScans`` for the classic session ``spark``: its ``load(session, schema
-    json, options, paths)`` builds a ``SegmentFormat`` scan (the jar shipped to the executors first).
+    json, options, paths)`` builds a ``SegmentFormat`` scan (the jar shipped to the executors first), its ``sql``
+    a plain Parquet scan under a filter and a projection, in one call.
 
     Raises:
         InvalidOptionError: the jar is missing or does not load into this JVM's Spark.

@@ -7,9 +7,10 @@ files, with the metadata columns computed one of two ways.
   scan's options, so no projection copies the rows; a filter on those columns that excludes a file whole keeps the
   file unopened.
 * Otherwise (a slice that starts or ends inside a file, a column that needs a cast): a plain Parquet scan under a
-  projection of SQL expressions (:func:`sql_frame`): per-file values picked by a balanced tree of comparisons on
-  ``_metadata.file_size`` (files of equal size told apart by ``_metadata.file_name``), ``_offset`` the file's first
-  offset plus the row index Spark fills, rows outside a slice filtered on that index.
+  projection of SQL expressions, built in the JVM in one call (:func:`sql_frame`): per-file values picked by a
+  balanced tree of comparisons on ``_metadata.file_size`` (files of equal size told apart by
+  ``_metadata.file_name``), ``_offset`` the file's first offset plus the row index Spark fills, rows outside a
+  slice filtered on that index.
 """
 
 from __future__ import annotations
@@ -150,16 +151,9 @@ def sql_frame(spark: SparkSession, scan: NativeScan, schema: StructType, full: S
     if keep is not None or wanted & {"_offset", "_timestamp"}:
         fields.append(T.StructField(ROW_COLUMN, T.LongType(), True))
     # a committed segment that is missing or unreadable fails the read, whatever the session says
-    reader = spark.read.schema(T.StructType(fields)).option("ignoreMissingFiles", "false") \
-        .option("ignoreCorruptFiles", "false")
-    for k, v in fs_options.items():
-        reader = reader.option(k, v)
+    options = {"ignoreMissingFiles": "false", "ignoreCorruptFiles": "false", **fs_options}
     if scan.glob is not None:
-        reader = reader.option("pathGlobFilter", scan.glob)
-    # SQL text, one call per step: column objects would cost a JVM round trip each, and every step an analysis
-    df = reader.parquet(*scan.paths)
-    if keep is not None:
-        df = df.where(keep)
+        options["pathGlobFilter"] = scan.glob
     cols: list[str] = []
     for field in schema.fields:
         name, source = field.name, full[field.name]
@@ -182,7 +176,16 @@ def sql_frame(spark: SparkSession, scan: NativeScan, schema: StructType, full: S
         if field.nullable and not (source.nullable and name not in ("_offset", "_timestamp")):
             col = _nullable(col)
         cols.append(f"{col} AS {_quoted(name)}")
-    return df.selectExpr(*cols)
+    # SQL text, built in the JVM in one call (the reader, filter and projection cost a round trip each, and more)
+    from pyspark.errors.exceptions.captured import capture_sql_exception
+    from pyspark.sql.classic.dataframe import DataFrame as ClassicFrame
+
+    from coordinator import jvm
+
+    jss = jvm.jvm_session(spark, "the native read path", "read with readPath=python")
+    built = capture_sql_exception(jvm.segment_scans(spark).sql)(
+        jss, T.StructType(fields).json(), json.dumps(options), json.dumps(list(scan.paths)), keep, json.dumps(cols))
+    return ClassicFrame(built, spark)
 
 
 #: The metadata columns :class:`io.txnlog.spark.SegmentFormat` computes in the scan.

@@ -73,6 +73,25 @@ public final class SegmentScans {
         return load(session, schemaJson, options, paths);
     }
 
+    /**
+     * A plain Parquet scan of {@code pathsJson} (a JSON array) with the schema {@code schemaJson} and the options
+     * {@code optionsJson} (a JSON object), filtered by the SQL condition {@code keep} (none when null) and projected
+     * to the SQL expressions of {@code columnsJson} (a JSON array): what the Python side would build with a dozen
+     * py4j calls and more, in one. Errors are Spark's.
+     */
+    public Dataset<Row> sql(org.apache.spark.sql.classic.SparkSession session, String schemaJson, String optionsJson,
+                            String pathsJson, String keep, String columnsJson) {
+        Map<String, String> options = Options.fromJson(optionsJson, new TypeReference<Map<String, String>>() { });
+        List<String> paths = Options.fromJson(pathsJson, new TypeReference<List<String>>() { });
+        List<String> columns = Options.fromJson(columnsJson, new TypeReference<List<String>>() { });
+        Dataset<Row> df = session.read().schema((StructType) DataType.fromJson(schemaJson)).options(options)
+            .parquet(paths.toArray(new String[0]));
+        if (keep != null) {
+            df = df.where(keep);
+        }
+        return df.selectExpr(columns.toArray(new String[0]));
+    }
+
     private Dataset<Row> load(org.apache.spark.sql.classic.SparkSession session, String schemaJson,
                               Map<String, String> options, List<String> paths) {
         Jar.ship();
