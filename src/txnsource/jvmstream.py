@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
 
+    from txnsource.options import ReadOptions
     from txnsource.stream import TxnLogStreamReader
 
 __all__ = ["StreamCalls", "open_stream", "streamable"]
@@ -30,12 +32,14 @@ def _options(options_json: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in json.loads(options_json).items()}
 
 
-def streamable(spark: SparkSession, options: Mapping[str, str]) -> str | None:
-    """None when Spark's Parquet scan can read every micro-batch of a stream with ``options``, else why not.
+def streamable(spark: SparkSession, options: Mapping[str, str], schema: StructType | None = None) -> str | None:
+    """None when Spark's Parquet scan can read every micro-batch of a stream with ``options`` and read schema
+    ``schema``, else why not.
 
     The reasons are the ones known before any batch: ``readPath`` = ``python``, bad options (the Python stream
     reports them), ``includeHeaders``, ``maxRecordsPerPartition``, ``read_uncommitted``, a store Spark's file system
-    does not reach. A batch that meets Arrow IPC segments later fails, saying so.
+    does not reach, a column type the native scan does not read, a given schema that casts (checked against the
+    topics read when the query is defined). A batch that meets Arrow IPC segments later fails, saying so.
     """
     from txnsource.native import NativeUnavailable, native_root
     from txnsource.options import parse_options
@@ -52,9 +56,30 @@ def streamable(spark: SparkSession, options: Mapping[str, str]) -> str | None:
         return "option 'maxRecordsPerPartition' splits tasks by record count, which only the Python reader does"
     try:
         native_root(spark, opts)
+        if schema is not None:
+            _check_columns(spark, opts, schema)
     except NativeUnavailable as why:
         return str(why)
+    except Exception as exc:  # noqa: BLE001 - the Python stream reports it as it always does
+        return f"{type(exc).__name__}: {exc}"
     return None
+
+
+def _check_columns(spark: SparkSession, opts: ReadOptions, schema: StructType) -> None:
+    """Raises: NativeUnavailable when the native scan cannot read the topics ``opts`` names as ``schema``; the
+    errors of :func:`txnsource.native.topic_columns` otherwise."""
+    from coordinator import open_store
+    from coordinator.topics import list_topics
+    from txnsource.native import topic_columns
+    from txnsource.options import with_topics
+
+    store = open_store(opts.path, opts.store)
+    try:
+        if opts.pattern is not None:
+            opts = with_topics(opts, list_topics(store))
+        topic_columns(spark, store, opts.topics, schema)
+    finally:
+        store.close()
 
 
 class StreamCalls:

@@ -120,9 +120,12 @@ class _Planner:
     def streamable(self, options_json: str, schema_json: str) -> str | None:
         """None when the JVM stream may read a stream with these options (:func:`txnsource.jvmstream.streamable`),
         else why not."""
+        from pyspark.sql.types import StructType
+
         from txnsource.jvmstream import streamable
 
-        return streamable(self.spark, {str(k): str(v) for k, v in json.loads(options_json).items()})
+        return streamable(self.spark, {str(k): str(v) for k, v in json.loads(options_json).items()},
+                          StructType.fromJson(json.loads(schema_json)))
 
     def openStream(self, options_json: str, schema_json: str) -> Any:  # noqa: N802 - Java's name
         """The offsets of a query starting now (:class:`txnsource.jvmstream.StreamCalls`)."""

@@ -73,6 +73,9 @@ got["limited"] = drain("limited", stream(lake, "t", maxRecordsPerTrigger="300"))
 got["by_bytes"] = drain("by_bytes", stream(lake, "t", maxBytesPerTrigger="2000"))
 got["headers"] = drain("headers", stream(lake, "t", includeHeaders="true"))
 got["python"] = drain("python", stream(lake, "t", readPath="python"))
+cast = (spark.readStream.format("txnlog").schema("id int, grp string").option("topic", "t")
+        .option("startingOffsets", "earliest").load(lake))
+got["cast"] = drain("cast", cast)  # the Python reader casts: the native scan cannot
 # a checkpoint the Python stream wrote, continued by the JVM stream after more commits
 append(lake, "t", 1000, 1500)
 got["after_python"] = drain("python", stream(lake, "t"))
@@ -144,7 +147,7 @@ def test_the_jvm_stream_reads_each_row_once_natively_and_leaves_what_it_cannot_r
     assert got["limited"]["batches"] == 4  # 300 + 300 + 300 + 100: the stream reader's admission
     assert got["by_bytes"]["ids"] == everything and got["by_bytes"]["source"] == "txnlog"
     assert got["by_bytes"]["batches"] > 1  # the read limit in bytes crossed to the stream reader and back
-    for name in ("headers", "python"):
+    for name in ("headers", "python", "cast"):
         assert got[name]["ids"] == everything, name
         assert PYTHON_STREAM in got[name]["source"], got[name]["source"]
     assert got["after_python"]["ids"] == everything + list(range(1000, 1500))  # the sink holds both runs
