@@ -21,11 +21,12 @@ from store_roots import BACKENDS, store_root
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """On two workers (``-n 2 --dist loadgroup``, as ``scripts/test.sh`` runs the suite) the Spark tests run as one
-    group on one worker, sharing its SparkSession; the rest spreads over both."""
+    """On two workers (``-n 2 --dist loadgroup``, as ``scripts/test.sh`` runs the suite) the Spark tests that use the
+    shared SparkSession run as one group on one worker; the rest, Spark tests that start their own applications
+    included, spreads over both."""
     spark_dir = Path(__file__).parent / "spark"
     for item in items:
-        if spark_dir in item.path.parents:
+        if spark_dir in item.path.parents and "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("spark"))
 
 

@@ -28,10 +28,6 @@ if TYPE_CHECKING:
 __all__ = ["StreamCalls", "open_stream", "streamable"]
 
 
-def _options(options_json: str) -> dict[str, str]:
-    return {str(k): str(v) for k, v in json.loads(options_json).items()}
-
-
 def streamable(spark: SparkSession, options: Mapping[str, str], schema: StructType | None = None) -> str | None:
     """None when Spark's Parquet scan can read every micro-batch of a stream with ``options`` and read schema
     ``schema``, else why not.
@@ -142,16 +138,8 @@ def open_stream(options_json: str, schema_json: str) -> Any:
     """
     from pyspark.sql.types import StructType
 
-    from coordinator import open_store
-    from coordinator.topics import list_topics
-    from txnsource.options import parse_options, with_topics
+    from txnsource.options import options_from_json, parse_options, resolve_pattern
     from txnsource.stream import TxnLogStreamReader
 
-    opts = parse_options(_options(options_json), streaming=True)
-    if opts.pattern is not None:
-        store = open_store(opts.path, opts.store)
-        try:
-            opts = with_topics(opts, list_topics(store))
-        finally:
-            store.close()
+    opts = resolve_pattern(parse_options(options_from_json(options_json), streaming=True))
     return StreamCalls(TxnLogStreamReader(opts, StructType.fromJson(json.loads(schema_json))))

@@ -36,6 +36,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from coordinator import jvm as jvm_rules
+from txnsource.options import options_from_json
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -71,7 +72,7 @@ class _Planner:
         from txnsource.options import parse_options
         from txnsource.pin import ReadPin
 
-        text = {str(k): str(v) for k, v in json.loads(options_json).items()}
+        text = options_from_json(options_json)
         try:
             opts = parse_options(text, streaming=False)
         except Exception:  # noqa: BLE001 - the data source reports bad options as it always does
@@ -102,7 +103,7 @@ class _Planner:
 
         from txnsource.nativestream import NativeUnavailable, stream_frame
 
-        text = {str(k): str(v) for k, v in json.loads(options_json).items()}
+        text = options_from_json(options_json)
         try:
             schema = StructType.fromJson(json.loads(schema_json))
             return stream_frame(self.spark, text, schema, start, end)._jdf
@@ -124,7 +125,7 @@ class _Planner:
 
         from txnsource.jvmstream import streamable
 
-        return streamable(self.spark, {str(k): str(v) for k, v in json.loads(options_json).items()},
+        return streamable(self.spark, options_from_json(options_json),
                           StructType.fromJson(json.loads(schema_json)))
 
     def openStream(self, options_json: str, schema_json: str) -> Any:  # noqa: N802 - Java's name

@@ -286,6 +286,30 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None) -> Read
     return opts
 
 
+def options_from_json(text: str) -> dict[str, str]:
+    """The options of one JSON object (as the jar sends a relation's options), every value as text."""
+    return {str(k): str(v) for k, v in json.loads(text).items()}
+
+
+def resolve_pattern(opts: ReadOptions) -> ReadOptions:
+    """``opts`` with ``subscribePattern`` resolved against the topics in its store (unchanged, and the store not
+    opened, without a pattern).
+
+    Raises:
+        TopicNotFoundError, InvalidOptionError: as :func:`with_topics`.
+    """
+    if opts.pattern is None:
+        return opts
+    from coordinator import open_store
+    from coordinator.topics import list_topics
+
+    store = open_store(opts.path, opts.store)
+    try:
+        return with_topics(opts, list_topics(store))
+    finally:
+        store.close()
+
+
 def with_topics(opts: ReadOptions, names: list[str]) -> ReadOptions:
     """``opts`` with ``subscribePattern`` resolved against the store's topic ``names`` (unchanged otherwise).
 

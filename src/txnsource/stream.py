@@ -54,7 +54,7 @@ from pyspark.sql.streaming.datasource import (
 
 from txnsource.admission import SliceSizes, TriggerDelay, allocate, bytes_grant
 from txnsource.offsets import Positions, from_json, starting_positions, take_snapshot, to_json
-from txnsource.options import LATEST, ReadOptions, parse_options, with_topics
+from txnsource.options import LATEST, ReadOptions, parse_options, resolve_pattern
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -369,12 +369,8 @@ def make_stream_reader(options: Mapping[str, str], schema: StructType) -> TxnLog
             :func:`txnsource.enable_native`, ``auto`` reads micro-batches natively where it can).
         TopicNotFoundError: ``subscribePattern`` matches no topic.
     """
-    from coordinator import open_store
-    from coordinator.topics import list_topics
     from txnsource.batch import refuse_native
 
     opts = parse_options(options, streaming=True)
     refuse_native(opts)
-    if opts.pattern is not None:
-        opts = with_topics(opts, list_topics(open_store(opts.path, opts.store)))
-    return TxnLogStreamReader(opts, schema)
+    return TxnLogStreamReader(resolve_pattern(opts), schema)

@@ -36,7 +36,7 @@ import scala.jdk.javaapi.CollectionConverters;
  * {@link NativeReadRule} does; the Python stream's micro-batches stay with its reader under the extension alone.
  */
 final class ExtensionReadRule extends Rule<LogicalPlan> {
-    private static final String READ_PATH = "readPath";
+    static final String READ_PATH = "readPath";
 
     private final SparkSession session;
     private final String format;
@@ -109,7 +109,8 @@ final class ExtensionReadRule extends Rule<LogicalPlan> {
         return copy != null ? copy : relation;
     }
 
-    private static String readPath(Map<String, String> options) {
+    /** The option {@code readPath} of {@code options}, trimmed and lower case; {@code auto} when not given. */
+    static String readPath(Map<String, String> options) {
         for (Map.Entry<String, String> e : options.entrySet()) {
             if (e.getKey().equalsIgnoreCase(READ_PATH)) {
                 return e.getValue().trim().toLowerCase(Locale.ROOT);

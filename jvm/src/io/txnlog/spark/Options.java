@@ -39,8 +39,8 @@ final class Options {
         return got;
     }
 
-    /** {@code options} as one JSON object. */
-    static String toJson(Map<String, String> options) {
+    /** {@code options} (strings, numbers) as one JSON object. */
+    static String toJson(Map<String, ?> options) {
         try {
             return new ObjectMapper().writeValueAsString(options);
         } catch (JsonProcessingException e) {

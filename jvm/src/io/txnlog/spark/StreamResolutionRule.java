@@ -1,7 +1,6 @@
 package io.txnlog.spark;
 
 import java.util.HashMap;
-import java.util.Locale;
 import java.util.Map;
 
 import org.apache.spark.sql.SparkSession;
@@ -9,6 +8,7 @@ import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.rules.Rule;
 import org.apache.spark.sql.catalyst.streaming.StreamingRelationV2;
 import org.apache.spark.sql.connector.catalog.Table;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
  * The stream rule of {@link TxnlogSparkSessionExtension}, a resolution rule: gives every
@@ -18,8 +18,9 @@ import org.apache.spark.sql.connector.catalog.Table;
  * <p>Contract: a relation is taken only when txnlog's planner ({@link PythonSide}) says the native scan can read the
  * query ({@link NativeReadRule.Planner#streamable}: not {@code readPath = python}, no option only the Python reader
  * honours, a store Spark's file system reaches); otherwise, or when the planner cannot be had, the relation keeps
- * the Python stream, which reads as it always does. Only the relation's table changes: its options, output and
- * source stay, so the query, its checkpoint and its progress reports name the same source.
+ * the Python stream, which reads as it always does (the relation is then given {@code readPath = python}, so later
+ * analyses do not ask again). Only the relation's table (or that option) changes: its output and source stay, so the
+ * query, its checkpoint and its progress reports name the same source.
  */
 final class StreamResolutionRule extends Rule<LogicalPlan> {
     private final SparkSession session;
@@ -48,10 +49,8 @@ final class StreamResolutionRule extends Rule<LogicalPlan> {
             return null;
         }
         Map<String, String> options = new HashMap<>(relation.extraOptions().asCaseSensitiveMap());
-        for (Map.Entry<String, String> e : options.entrySet()) {
-            if (e.getKey().equalsIgnoreCase("readPath") && "python".equals(e.getValue().trim().toLowerCase(Locale.ROOT))) {
-                return null;
-            }
+        if ("python".equals(ExtensionReadRule.readPath(options))) {
+            return null;
         }
         String why;
         try {
@@ -60,10 +59,20 @@ final class StreamResolutionRule extends Rule<LogicalPlan> {
             return null;
         }
         if (why != null) {
-            return null;
+            return leftToPythonStream(relation, options);
         }
         Map<String, Object> changes = new HashMap<>();
         changes.put("table", new TxnlogStream.StreamTable(table, session));
         return NativeWriteRule.copy(relation, changes);
+    }
+
+    /** The relation with {@code readPath = python}: later analyses leave it to the Python stream without asking. */
+    private static LogicalPlan leftToPythonStream(StreamingRelationV2 relation, Map<String, String> options) {
+        options.keySet().removeIf(k -> k.equalsIgnoreCase(ExtensionReadRule.READ_PATH));
+        options.put(ExtensionReadRule.READ_PATH, "python");
+        Map<String, Object> changes = new HashMap<>();
+        changes.put("extraOptions", new CaseInsensitiveStringMap(options));
+        LogicalPlan copy = NativeWriteRule.copy(relation, changes);
+        return copy != null ? copy : relation;
     }
 }

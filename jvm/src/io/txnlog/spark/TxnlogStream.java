@@ -205,11 +205,7 @@ final class TxnlogStream {
         } else {
             throw new IllegalArgumentException("txnlog: no read limit like " + limit);
         }
-        try {
-            return new com.fasterxml.jackson.databind.ObjectMapper().writeValueAsString(out);
-        } catch (com.fasterxml.jackson.core.JsonProcessingException e) {
-            throw new IllegalStateException("txnlog: a read limit cannot be encoded", e);
-        }
+        return Options.toJson(out);
     }
 
     /** The read limit pyspark's JSON {@code json} names. @throws IllegalArgumentException for another */
