@@ -28,6 +28,7 @@ __all__ = ["JAR", "disable", "enable", "enabled", "jvm_session", "segment_scans"
 JAR = Path(__file__).parent / "jars" / "txnlog-spark.jar"
 
 _loaders: dict[int, Any] = {}
+_writes: dict[int, Any] = {}
 _lock = threading.Lock()
 
 
@@ -68,13 +69,18 @@ def new_object(gateway: Any, jvm: Any, name: str, *args: Any) -> Any:
 
 
 def segment_writes(spark: Any) -> Any:
-    """The jar's ``io.txnlog.spark.SegmentWrites`` for the classic session ``spark``: its ``save(writer, path)`` runs
-    a ``SegmentParquetFormat`` write (the jar shipped to the executors first).
+    """The jar's ``io.txnlog.spark.SegmentWrites`` for the classic session ``spark`` (one per JVM: it holds no
+    state): its ``write(dataset, options json, path)`` runs a ``SegmentParquetFormat`` write (the jar shipped to the
+    executors first), its ``conform(dataset, spec json)`` gives the rows the topic's columns.
 
     Raises:
         InvalidOptionError: the jar is missing or does not load into this JVM's Spark.
     """
-    return new_object(spark.sparkContext._gateway, spark.sparkContext._jvm, "io.txnlog.spark.SegmentWrites")
+    gateway = spark.sparkContext._gateway
+    got = _writes.get(id(gateway))
+    if got is None:
+        got = _writes[id(gateway)] = new_object(gateway, spark.sparkContext._jvm, "io.txnlog.spark.SegmentWrites")
+    return got
 
 
 def segment_scans(spark: Any) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import os
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -420,3 +421,25 @@ def test_gc_during_the_write_never_publishes_part_of_it(spark: Any, lake: str, l
         assert topic_rows(lake, "orders").num_rows == 0
         assert data_files(lake, "orders", 2) == []
     assert os.listdir(os.path.join(lake, "_native-staging")) == []
+
+
+def test_odd_column_names_and_the_producer_time_column_go_through_the_jvm_projection(spark: Any, lake: str) -> None:
+    # the projection onto the topic's columns is built by the jar from names and types given as JSON: names that
+    # need quoting, a rename by case, casts, non-null columns and producer times with nulls among them
+    df = spark.range(0, 40, 1, 2).selectExpr(
+        "id AS `we``ird.na me`", "cast(id AS int) AS Small", "cast(id * 1.5 AS decimal(9, 2)) AS amount",
+        "CASE WHEN id % 2 = 0 THEN timestamp_seconds(1767323045) END AS _producerTimestamp")
+    create_topic(open_store(lake), "odd", pa.schema([("we`ird.na me", pa.int64()), ("small", pa.int64()),
+                                                     ("amount", pa.decimal128(9, 2))]), 2)
+    before = dt.datetime.now(dt.UTC)
+    got = txnsink.write(df, lake, "odd", writePath="native")
+    assert (got.path, got.rows) == ("native", 40)
+    table = topic_rows(lake, "odd")
+    rows = sorted(table.to_pylist(), key=lambda r: r["we`ird.na me"])
+    assert [r["we`ird.na me"] for r in rows] == list(range(40))
+    assert [r["small"] for r in rows] == list(range(40)) and table.schema.field("small").type == pa.int64()
+    assert [r["amount"] for r in rows][:3] == [Decimal("0.00"), Decimal("1.50"), Decimal("3.00")]
+    stamps = [r["_producerTimestamp"] for r in rows]
+    given = dt.datetime.fromtimestamp(1767323045, dt.UTC)
+    assert all(s == given for s in stamps[0::2])  # the column's time
+    assert all(s >= before - dt.timedelta(seconds=1) and s != given for s in stamps[1::2])  # null: the write's
