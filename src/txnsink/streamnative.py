@@ -88,7 +88,7 @@ def per_core(df: DataFrame) -> DataFrame:
     """``df`` merged (``coalesce``, no shuffle) into one task per core when it has more partitions than cores.
 
     A task writes one file per topic partition, and a file costs its task ~10 ms whatever its size (an fsync
-    included); a batch append merges its input by its estimated size (:func:`txnsink.native.fewer_tasks`), but a
+    included); a batch append merges its input by its estimated size (:func:`txnsink.nativeframe.fewer_tasks`), but a
     micro-batch's rows come from the executed plan, whose size Spark does not know: a source of many small
     partitions (a txnlog topic's micro-batch: one per topic partition) would write partitions x partitions files.
     """
