@@ -2,7 +2,7 @@
 takes the query, so no Python process starts for it, and every micro-batch is read by Spark's Parquet scan; the
 offsets are the stream reader's, so rows arrive exactly once across admission limits, restarts (from a checkpoint
 the Python stream wrote, too), a replayed micro-batch and a SIGKILLed driver. Queries the native scan cannot read
-keep the Python stream.
+keep the Python stream. The extension alone also writes ``writeStream.format("txnlog")`` micro-batches natively.
 
 The extension is a static setting, so each configured application runs in a child process.
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from coordinator import read_snapshot
+from coordinator import TransactionCoordinator, open_store, read_snapshot
 
 pytestmark = pytest.mark.spark
 
@@ -88,6 +88,16 @@ q = (counts.writeStream.format("memory").queryName("counts2").outputMode("comple
      .option("checkpointLocation", f"{ck}/counts").trigger(availableNow=True).start())
 q.awaitTermination()
 got["counts"] = {r.grp: r["count"] for r in spark.sql("SELECT * FROM counts2").collect()}
+# txnlog into txnlog under the extension alone: the JVM stream's batches written by the native write path
+copy = (stream(lake, "t", maxRecordsPerTrigger="600").select("id", "grp").writeStream.format("txnlog")
+        .option("topic", "copied").option("numPartitions", "2").option("checkpointLocation", f"{ck}/copy")
+        .trigger(availableNow=True).start(lake))
+copy.awaitTermination()
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    copy.explain()
+got["copy"] = {"id": str(copy.id), "plan": out.getvalue(),
+               "batches": len([p for p in copy.recentProgress if p["numInputRows"] > 0])}
 # a replayed micro-batch: the run's last batch logged but not committed (a crash between the two), more commits
 # meanwhile; Spark runs the logged offsets again and the batch reads exactly the rows it read the first time
 seen = {}
@@ -121,7 +131,10 @@ if mode == "run":
 else:
     q = writer.trigger(availableNow=True).start(lake)
     q.awaitTermination()
-    print(json.dumps({"source": q.lastProgress["sources"][0]["description"]}), flush=True)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        q.explain()
+    print(json.dumps({"source": q.lastProgress["sources"][0]["description"], "plan": out.getvalue()}), flush=True)
 '''
 
 
@@ -136,7 +149,8 @@ def child(tmp_path: Path, name: str, script: str, *args: str) -> subprocess.Comp
 
 def test_the_jvm_stream_reads_each_row_once_natively_and_leaves_what_it_cannot_read_to_the_python_stream(
         tmp_path: Path) -> None:
-    run = child(tmp_path, "scenarios", SCENARIOS, str(tmp_path / "lake"), str(tmp_path / "ck"))
+    lake = str(tmp_path / "lake")
+    run = child(tmp_path, "scenarios", SCENARIOS, lake, str(tmp_path / "ck"))
     got: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
     everything = list(range(1000))
     for name in ("all", "limited"):
@@ -154,6 +168,12 @@ def test_the_jvm_stream_reads_each_row_once_natively_and_leaves_what_it_cannot_r
     assert got["after_python"]["source"] == "txnlog"
     assert got["after_python"]["batches"] == 1
     assert got["counts"] == {"g0": 600, "g1": 600, "g2": 600}  # state kept across the restart
+    copy = got["copy"]
+    assert "TxnlogNativeStreamWrite" in copy["plan"], copy["plan"]  # the extension alone writes natively
+    assert copy["batches"] == 3
+    assert sorted(read_snapshot(lake, ["copied"])["copied"].column("id").to_pylist()) == list(range(1800))
+    app = TransactionCoordinator(open_store(lake)).log.refresh().apps.get(f"spark.{copy['id']}")
+    assert app is not None and app.version == 2 and app.token.startswith("p.")  # one native commit per batch
     replay = got["replay"]
     assert got["replay_source"] == "txnlog"
     assert sorted(replay) == ["0", "1", "2", "3"], sorted(replay)
@@ -184,6 +204,8 @@ def test_a_sigkilled_driver_restarts_from_its_checkpoint_and_writes_each_row_onc
         os.killpg(proc.pid, signal.SIGKILL)  # the driver and the planner process it started
         proc.communicate()
     run = child(tmp_path, "copy_topic", COPY, lake, ck, "finish")
-    assert json.loads(run.stdout.strip().splitlines()[-1])["source"] == "txnlog"
+    finished = json.loads(run.stdout.strip().splitlines()[-1])
+    assert finished["source"] == "txnlog"  # the JVM stream
+    assert "TxnlogNativeStreamWrite" in finished["plan"], finished["plan"]  # written natively, extension alone
     ids = read_snapshot(lake, ["out"])["out"].column("id").to_pylist()
     assert sorted(ids) == list(range(6000))  # each row once: none lost, none written twice

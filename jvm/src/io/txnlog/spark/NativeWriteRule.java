@@ -114,7 +114,7 @@ public class NativeWriteRule extends Rule<LogicalPlan> {
      * as a {@link StreamInsert}, when the writer takes it; null to keep it (another write, a Spark whose classes
      * have other fields, {@code outputMode("complete")}, or the writer's answer is not {@code TRUE}).
      */
-    private LogicalPlan replaceMicroBatch(LogicalPlan node) {
+    LogicalPlan replaceMicroBatch(LogicalPlan node) {
         Object batchWrite = element(node, "batchWrite");
         Object query = element(node, "query");
         if (batchWrite == null || !(query instanceof LogicalPlan)

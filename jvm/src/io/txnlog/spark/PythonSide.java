@@ -203,15 +203,25 @@ public final class PythonSide {
             writer(session).insert(dataset, optionsJson);
         }
 
-        /** Streaming writes stay with the data source under the session extension. */
         @Override
         public Object planStream(String optionsJson, String schemaJson) {
-            return null;
+            if (sessionHasRule(session, NativeWriteRule.class)) {
+                return null;
+            }
+            if ("python".equals(writePath(optionsJson))) {
+                return null;
+            }
+            try {
+                return writer(session).planStream(optionsJson, schemaJson);
+            } catch (Unavailable e) {
+                return "native".equals(writePath(optionsJson))
+                        ? "txnlog: option 'writePath' = 'native' cannot write this stream: " + e.getMessage() : null;
+            }
         }
 
         @Override
         public void insertStream(Object dataset, String optionsJson, String queryId, long batchId) {
-            throw new UnsupportedOperationException("txnlog: no native streaming write under the session extension");
+            writer(session).insertStream(dataset, optionsJson, queryId, batchId);
         }
 
         private static String writePath(String optionsJson) {
