@@ -1,11 +1,11 @@
 """Streaming write benchmark, side by side in one run on the same rows and the same local SparkSession:
 
 1. ``txnlog -> txnlog``: a streaming query over a backlog of ``--rows`` records of a txnlog topic
-   (``Trigger.AvailableNow``, ``maxRecordsPerTrigger`` = rows / ``--batches``) into another topic, in a session
-   with both ``txnsource.enable_native`` and ``txnsink.enable_native`` (and, by default, txnlog's session
-   extension: the source is then the JVM stream, which starts no Python process; ``--session plain`` for the
-   Python stream), against ``parquet -> parquet``: Spark's
-   Parquet file source over the same rows (``--batches`` micro-batches of one file per core) into Spark's
+   (``Trigger.AvailableNow``, ``maxRecordsPerTrigger`` = rows / ``--batches``) into another topic, by default in a
+   session with txnlog's session extension and no call (the source is the JVM stream, which starts no Python
+   process, and the extension writes the micro-batches natively); ``--session plain``: a session without it, with
+   ``txnsource.enable_native`` and ``txnsink.enable_native`` (the Python stream), against ``parquet -> parquet``:
+   Spark's Parquet file source over the same rows (``--batches`` micro-batches of one file per core) into Spark's
    exactly-once file sink;
 2. the read alone: the same txnlog backlog into Spark's ``noop`` sink;
 3. the write alone: the same Parquet file source into the txnlog sink (the native micro-batch write, and with
@@ -34,7 +34,7 @@ from typing import Any
 from bench_spark import bench_frame, session
 
 #: What one run measures: (label, key), the Spark side of each comparison after its txnlog side.
-MEASURES = (("txnlog -> txnlog (both rules)", "t2t"), ("txnlog -> noop (the read alone)", "t2n"),
+MEASURES = (("txnlog -> txnlog (both native paths)", "t2t"), ("txnlog -> noop (the read alone)", "t2n"),
             ("parquet -> parquet file sink", "p2p"),
             ("parquet source -> txnlog (native)", "p2t"), ("parquet source -> txnlog (python)", "p2t_python"))
 
@@ -62,7 +62,7 @@ def main() -> None:
     ap.add_argument("--cores", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--python", action="store_true", help="also the data source's streaming writer")
     ap.add_argument("--session", choices=("extension", "plain"), default="extension",
-                    help="configure txnlog's session extension too (txnlog sources are then the JVM stream)")
+                    help="txnlog's session extension and no call, or a session with both enable_native calls")
     args = ap.parse_args()
 
     import txnsink
@@ -70,8 +70,9 @@ def main() -> None:
 
     spark = session(args.cores, extension=args.session == "extension")
     spark.sparkContext.setLogLevel("ERROR")
-    txnsource.enable_native(spark)
-    txnsink.enable_native(spark)
+    if args.session == "plain":
+        txnsource.enable_native(spark)
+        txnsink.enable_native(spark)
     tmp = tempfile.mkdtemp(prefix="txnlog-bench-stream-")
     keys = [k for _, k in MEASURES if k != "p2t_python" or args.python]
     times: dict[str, list[tuple[float, float, int, int]]] = {k: [] for k in keys}
