@@ -13,7 +13,7 @@ from coordinator.backends.memory import MemoryStore
 from coordinator.errors import InvalidOptionError
 from coordinator.store import Store, StoreOptions
 
-__all__ = ["HadoopUnreachable", "hadoop_s3a_options", "hadoop_url", "local_path", "open_store"]
+__all__ = ["HadoopUnreachable", "hadoop_s3a_options", "hadoop_url", "local_path", "missing_file_system", "open_store"]
 
 
 def local_path(url: str) -> str | None:
@@ -100,6 +100,15 @@ def _tuning(opts: StoreOptions) -> dict[str, float]:
 
 class HadoopUnreachable(ValueError):  # noqa: N818 - a reason, for callers that fall back
     """Spark's (Hadoop's) file system cannot name this store root."""
+
+
+def missing_file_system(error: str, url: str) -> str | None:
+    """Why Spark cannot reach ``url`` when ``error`` (a Spark error's text) says it has no file system for its
+    scheme; None for any other error."""
+    if "No FileSystem for scheme" in error or ("FileSystem" in error and "ClassNotFoundException" in error):
+        return (f"Spark has no file system for {url.split(':', 1)[0]}:// (for s3a, put hadoop-aws on Spark's "
+                "classpath)")
+    return None
 
 
 def hadoop_url(url: str) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from coordinator.segments import PRODUCER_TS, ROW_GROUP_ROWS
+from coordinator.store_factory import missing_file_system
 from txnsink.publish import PARTITION_COLUMN
 
 if TYPE_CHECKING:
@@ -169,10 +170,9 @@ def spark_write(frame: DataFrame, url: str, keyed: bool, fs_options: Mapping[str
         else:
             _python_save(frame, url, options, keyed)
     except Exception as exc:
-        text = str(exc)
-        if "No FileSystem for scheme" in text or ("FileSystem" in text and "ClassNotFoundException" in text):
-            raise NativeUnavailable(f"Spark has no file system for {url.split(':', 1)[0]}:// (for s3a, put "
-                                    "hadoop-aws on Spark's classpath)") from None
+        why = missing_file_system(str(exc), url)
+        if why is not None:
+            raise NativeUnavailable(why) from None
         raise
 
 

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from coordinator.errors import InvalidOptionError
+from coordinator.store_factory import missing_file_system
 from txnsource.options import ReadOptions, parse_options
 
 if TYPE_CHECKING:
@@ -467,10 +468,9 @@ def scans_frame(spark: SparkSession, opts: ReadOptions, root: str, scans: Sequen
             if not frames:
                 frame.columns  # noqa: B018 - resolves the scan now: a file system Spark lacks fails here
         except Exception as exc:
-            text = str(exc)
-            if "No FileSystem for scheme" in text or ("FileSystem" in text and "ClassNotFoundException" in text):
-                raise NativeUnavailable(f"Spark has no file system for {root.split(':', 1)[0]}:// (for s3a, put "
-                                        "hadoop-aws on Spark's classpath)") from None
+            why = missing_file_system(str(exc), root)
+            if why is not None:
+                raise NativeUnavailable(why) from None
             raise
         frames.append(frame)
     result = frames[0]

@@ -184,18 +184,7 @@ public final class PythonSide {
 
         @Override
         public Object plan(String optionsJson, String schemaJson) {
-            if (sessionHasRule(session, NativeWriteRule.class)) {
-                return null;
-            }
-            if ("python".equals(writePath(optionsJson))) {
-                return null;
-            }
-            try {
-                return writer(session).plan(optionsJson, schemaJson);
-            } catch (Unavailable e) {
-                return "native".equals(writePath(optionsJson))
-                        ? "txnlog: option 'writePath' = 'native' cannot write this: " + e.getMessage() : null;
-            }
+            return ask(optionsJson, "this", w -> w.plan(optionsJson, schemaJson));
         }
 
         @Override
@@ -205,17 +194,24 @@ public final class PythonSide {
 
         @Override
         public Object planStream(String optionsJson, String schemaJson) {
-            if (sessionHasRule(session, NativeWriteRule.class)) {
-                return null;
-            }
-            if ("python".equals(writePath(optionsJson))) {
+            return ask(optionsJson, "this stream", w -> w.planStream(optionsJson, schemaJson));
+        }
+
+        /**
+         * The planner's answer ({@code question} put to its writer), or null where enable_native's rule acts or
+         * {@code writePath = python}; when the planner cannot be had, an error text for {@code writePath =
+         * native} (naming {@code what} cannot be written), else null.
+         */
+        private Object ask(String optionsJson, String what,
+                           java.util.function.Function<NativeWriteRule.Writer, Object> question) {
+            if (sessionHasRule(session, NativeWriteRule.class) || "python".equals(writePath(optionsJson))) {
                 return null;
             }
             try {
-                return writer(session).planStream(optionsJson, schemaJson);
+                return question.apply(writer(session));
             } catch (Unavailable e) {
                 return "native".equals(writePath(optionsJson))
-                        ? "txnlog: option 'writePath' = 'native' cannot write this stream: " + e.getMessage() : null;
+                        ? "txnlog: option 'writePath' = 'native' cannot write " + what + ": " + e.getMessage() : null;
             }
         }
 
