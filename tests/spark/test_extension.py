@@ -64,6 +64,12 @@ df.write.format("txnlog").option("topic", "k").option("numPartitions", "2").opti
     .mode("append").save(lake)
 src = spark.read.format("txnlog").option("topic", "t").load(lake).where("id % 2 = 0").select("id", "_partition")
 got = {"plan": plan(src), "even": sorted(r.id for r in src.collect())}
+# a stream from topic to topic in two micro-batches: the JVM stream's batches read and written natively
+q = (spark.readStream.format("txnlog").option("topic", "t").option("startingOffsets", "earliest")
+     .option("maxRecordsPerTrigger", str(rows // 2)).load(lake).select("id", "grp")
+     .writeStream.format("txnlog").option("topic", "s").option("numPartitions", "2")
+     .option("checkpointLocation", lake + "-checkpoint").trigger(availableNow=True).start(lake))
+q.awaitTermination()
 if master == "connect":
     import txnsink, txnsource
     via = txnsource.read(spark, lake, topic="k")  # readPath auto: the data source, read by the server natively
@@ -96,8 +102,9 @@ def test_a_configured_application_reads_and_writes_natively_with_no_call(master:
     assert "PushedFilters: [IsNotNull(id)]" in got["plan"], got["plan"]  # filters reach the Parquet scan
     assert got["even"] == list(range(0, ROWS, 2))
     assert writers(lake, "t") == {"native"} and writers(lake, "k") == {"native"}
-    snap = read_snapshot(lake, ["t", "k"])
-    for topic in ("t", "k"):
+    assert writers(lake, "s") == {"native"}  # the stream's micro-batches, by the extension alone
+    snap = read_snapshot(lake, ["t", "k", "s"])
+    for topic in ("t", "k", "s"):
         assert sorted(snap[topic].column("id").to_pylist()) == list(range(ROWS)), topic
     if master == "connect":
         assert "FileScan parquet" in got["read_plan"], got["read_plan"]
