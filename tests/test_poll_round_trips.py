@@ -115,15 +115,24 @@ def _tailing_consumer(url: str) -> tuple[Producer, Consumer, TracingStore]:
 @pytest.mark.parametrize("commits", [1, 10, 40])
 def test_poll_after_many_commits_takes_a_bounded_number_of_round_trips(url: str, commits: int) -> None:
     producer, consumer, traced = _tailing_consumer(url)
-    for i in range(commits):
-        with producer.transaction():
-            producer.send("t", [{"v": i}], partition=i % PARTITIONS)
-    traced.clear()
-    got = consumer.poll()
-    assert sorted(got.column("v").to_pylist()) == list(range(commits))
     # by-name look, listing of the log, the new entries in parallel, the proof's listing with the segments read
-    # alongside: four whatever the number of commits (it was 4 / 22 / 49 when each partition was read in turn)
-    assert traced.round_trips() <= 4, sorted(traced.events, key=lambda e: e[1])
+    # alongside: four whatever the number of commits (it was 4 / 22 / 49 when each partition was read in turn).
+    # A request issued after another returned always counts as a later round trip, while requests issued together
+    # count as one only if none starts late: a stalled machine can add round trips, never remove them. So the
+    # fewest of up to three polls is the poll's structure (one stall of a second was seen on a loaded machine).
+    seen: list[int] = []
+    for attempt in range(3):
+        base = attempt * commits
+        for i in range(commits):
+            with producer.transaction():
+                producer.send("t", [{"v": base + i}], partition=i % PARTITIONS)
+        traced.clear()
+        got = consumer.poll()
+        assert sorted(got.column("v").to_pylist()) == list(range(base, base + commits))
+        seen.append(traced.round_trips())
+        if seen[-1] <= 4:
+            break
+    assert min(seen) <= 4, (seen, sorted(traced.events, key=lambda e: e[1]))
 
 
 def test_idle_poll_is_one_request(url: str) -> None:
