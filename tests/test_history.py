@@ -1656,6 +1656,23 @@ def test_fencing_rule_accepts_a_zombie_told_its_decision_cannot_be_told_only_whe
     assert "fencing" in {a.kind for a in check(h)}
 
 
+def test_fencing_rule_accepts_a_zombies_own_commit_told_unfindable_only_when_nothing_of_it_is_visible() -> None:
+    """A zombie's new commit, asked for after the fence while its process paused past the truncation and its
+    producer expired, cannot be proven fenced (docs/design.md, "Fenced or decided"): ``CommitStateUnknownError``
+    saying so is the truth while nothing of it is in the final read. One value of it visible is a commit after the
+    fence (G3), whatever it was told."""
+    h = _good()
+    error = f"CommitStateUnknownError: request c-p.15.0.0 waited while log entries up to 59 {UNFINDABLE} (paused)"
+    h.ops.append(TxnOp("Z", "w0t0", 0, 9, start=70, end=71, commit_start=70, outcome=UNKNOWN, error=error,
+                       zombie=True, writes={("a", 0): ["w0t0/0/9/0"]}))
+    assert check(h) == []
+    _final(h).records.append(("a", 0, 2, "w0t0/0/9/0"))
+    assert "fencing" in {a.kind for a in check(h)}
+    _final(h).records.pop()
+    h.ops[-1].error = "CommitStateUnknownError: the store failed"  # no truncation said: it must be fenced
+    assert "fencing" in {a.kind for a in check(h)}
+
+
 def _preview(seed: int, kind: str, place: str, op: int = 0, inner: Store | None = None) -> str:
     """Where the first store call of ``kind`` on ``place`` in operation ``op`` pauses under a pause rate of 1 (a
     throwaway plan's draws: the draws are a pure function of the seed, the operation and the place; ``inside`` is

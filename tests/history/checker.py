@@ -525,7 +525,10 @@ def fencing(h: History) -> list[str]:
     found: ``CommitStateUnknownError`` saying so is the truth, as long as the retried transaction is all or nothing
     in the final read, its values that retention moved the log start past or that sit in partitions the final read
     could not read counting as either; the retry decided nothing itself. The same holds when the decision is in an
-    entry the zombie's process created after a pause and could not judge since: it says it cannot be told.)"""
+    entry the zombie's process created after a pause and could not judge since: it says it cannot be told. A
+    zombie's own new commit, asked for after the fence, may be told the same when its producer expired while its
+    process paused past the truncation: the process cannot prove which of the truncated entries decided it, and
+    says so; nothing of that transaction may be in the final read, since after the fence it can only be fenced.)"""
     out = []
     by_id = {op.id: op for op in h.txns()}
     final = {rec[3] for rec in h.final.records} if h.final is not None else set()
@@ -550,9 +553,11 @@ def fencing(h: History) -> list[str]:
             if committed := [v for v in op.values() if v in final]:
                 out.append(f"{what} died in its commit, yet {committed[:3]} of it are committed")
         elif op.error and op.error.split(":", 1)[0] not in FENCED_ERRORS:
-            if op.error.startswith("CommitStateUnknownError") and (UNFINDABLE in op.error or UNTELLABLE in op.error) \
-                    and retried is not None and (whole or not any(v in final for v in retried.values())):
-                continue
+            if op.error.startswith("CommitStateUnknownError") and (UNFINDABLE in op.error or UNTELLABLE in op.error):
+                if retried is not None and (whole or not any(v in final for v in retried.values())):
+                    continue
+                if retried is None and not any(v in final for v in op.values()):
+                    continue
             out.append(f"{what} got {op.error} instead of ProducerFencedError")
     return out
 
