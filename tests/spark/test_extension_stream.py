@@ -115,6 +115,41 @@ for name in ("2", ".2.crc"):
 append(lake, "r", 1000, 1100)
 replay_run()
 got["replay"] = seen
+# failures under the extension alone: a task failing mid-batch leaves nothing of its batch visible, the restart
+# replays it once; then a zombie driver (a copy of the checkpoint, so the same query id, run after the live query
+# went further) commits nothing
+import shutil
+def fallible(bad, where):
+    df = stream(lake, "f", maxRecordsPerTrigger="200").select("id", "grp")
+    if bad:
+        df = df.selectExpr("if(id = 250, raise_error('bad row 250'), id) AS id", "grp")
+    q = (df.writeStream.format("txnlog").option("topic", "f_out").option("numPartitions", "2")
+         .option("checkpointLocation", f"{ck}/{where}").trigger(availableNow=True).start(lake))
+    try:
+        q.awaitTermination()
+    except Exception as e:
+        return {"error": str(e)[-3000:], "bad_row": "bad row 250" in str(e)}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        q.explain()
+    return {"id": str(q.id), "plan": out.getvalue(), "error": None,
+            "progress": [(p["batchId"], p["numInputRows"]) for p in q.recentProgress]}
+def visible(topic):
+    snap = read_snapshot(lake, [topic])
+    return sorted(snap[topic].column("id").to_pylist()) if topic in snap else []
+from coordinator import read_snapshot
+append(lake, "f", 0, 400)
+got["failed"] = fallible(True, "fail")
+got["failed"]["visible"] = visible("f_out")
+got["restarted"] = fallible(False, "fail")
+got["restarted"]["visible"] = visible("f_out")
+shutil.copytree(f"{ck}/fail", f"{ck}/zombie")
+append(lake, "f", 400, 800)
+got["live"] = fallible(False, "fail")
+got["zombie"] = fallible(False, "zombie")
+got["zombie"]["visible"] = visible("f_out")
+staging = os.path.join(lake, "_native-staging")
+got["staging_left"] = sorted(os.listdir(staging)) if os.path.isdir(staging) else []
 print(json.dumps(got), flush=True)
 '''
 
@@ -180,6 +215,21 @@ def test_the_jvm_stream_reads_each_row_once_natively_and_leaves_what_it_cannot_r
     assert [len(replay[b]) for b in ("0", "1", "2", "3")] == [1, 1, 2, 1]  # batch 2 ran twice
     assert replay["2"][0] == replay["2"][1]  # the same rows both times, none of the later commits
     assert sorted(i for b in ("0", "1", "2", "3") for i in replay[b][0]) == list(range(1100))
+    failed, restarted, live, zombie = got["failed"], got["restarted"], got["live"], got["zombie"]
+    assert failed["error"] and failed["bad_row"], failed["error"]
+    assert 250 not in failed["visible"] and len(set(failed["visible"])) == len(failed["visible"])
+    assert restarted["error"] is None and restarted["visible"] == list(range(400))  # replayed once, nothing twice
+    assert "TxnlogNativeStreamWrite" in restarted["plan"], restarted["plan"]
+    assert live["error"] is None and live["id"] == restarted["id"] and live["progress"] == [[2, 200], [3, 200]]
+    # the zombie (same query id, its checkpoint two batches behind) ran those batches again: each known committed
+    # before a task ran (so no rows read), nothing published
+    assert zombie["error"] is None and zombie["id"] == live["id"], zombie["error"]
+    assert zombie["progress"] == [[2, 0], [3, 0]], zombie["progress"]
+    assert "TxnlogNativeStreamWrite" in zombie["plan"], zombie["plan"]
+    assert zombie["visible"] == list(range(800))
+    fail_app = TransactionCoordinator(open_store(lake)).log.refresh().apps.get(f"spark.{live['id']}")
+    assert fail_app is not None and fail_app.token.startswith("p.")
+    assert got["staging_left"] == []  # the failed batch's staged files were deleted
 
 
 @pytest.mark.slow
