@@ -16,7 +16,11 @@ Placement is the data source's:
 * without a key, each Spark task deals its rows over the partitions in turn, its ``n``-th row to partition
   ``(r + i + n) % partitions`` for task ``i`` and a random ``r`` per write (the jar's ``SegmentParquetFormat``;
   on Spark Connect, whose driver has no jar, a column computing the same and ``partitionBy``), so every task, a
-  single one included, spreads its rows evenly, one file per partition;
+  single one included, spreads its rows evenly, one file per partition; a micro-batch's tasks instead each put
+  up to :data:`txnsink.streamnative.STREAM_RUN_ROWS` rows into one partition before moving to the next, and
+  successive micro-batches start further on (as Kafka's sticky partitioner fills one partition's batch at a
+  time): a micro-batch writes a file per task, not one per task and partition, and the partitions even out over
+  the micro-batches;
 * with ``key``, each row's partition is the topic's partitioner over the key columns, so a key lands where the
   Python producer puts it: computed in the JVM by the jar's ``SegmentParquetFormat``, which writes each task's rows
   into one file per partition (no sort) in the folders ``partitionBy`` would give, where
@@ -63,6 +67,7 @@ from coordinator import InvalidOptionError, TransactionCoordinator
 from coordinator.segments import now_us
 from txnsink.nativeframe import (
     NativeUnavailable,
+    Placement,
     conformed,
     fewer_tasks,
     jvm_key,
@@ -163,10 +168,12 @@ def write(df: DataFrame, path: str, topic: str, *, key: str | Sequence[str] | No
     return write_options(df, text)
 
 
-def write_options(df: DataFrame, options: Mapping[str, str]) -> WriteResult:
+def write_options(df: DataFrame, options: Mapping[str, str], *, placement: Placement | None = None) -> WriteResult:
     """:func:`write` with every argument given as the write options of ``format("txnlog")`` (``path`` and
     ``topic`` among them, ``partitionKey`` for the key, ``writePath`` for the path): what the write rule of
-    :func:`txnsink.enable_native` runs for ``df.write.format("txnlog")``.
+    :func:`txnsink.enable_native` runs for ``df.write.format("txnlog")``. ``placement``: where the tasks of
+    an unkeyed write put their rows, from a caller that merged them already (a micro-batch); by default every task
+    spreads its rows evenly, from a random partition, over tasks merged by ``keyedTaskBytes``.
 
     Raises:
         as :func:`write`.
@@ -185,7 +192,7 @@ def write_options(df: DataFrame, options: Mapping[str, str]) -> WriteResult:
     if mode == "python":
         return _python_writer(df, path, text, None)
     try:
-        return _native(df, path, text, mode)
+        return _native(df, path, text, mode, placement)
     except NativeUnavailable as why:
         if mode == "native":
             raise InvalidOptionError(f"option 'writePath' = 'native' cannot write this: {why}") from None
@@ -270,7 +277,8 @@ def _remove_folder(store: Store, folder: str) -> None:
     parallel.pmap(lambda i: store.delete(i.path), store.list_info(folder))
 
 
-def _native(df: DataFrame, path: str, options: Mapping[str, str], mode: str) -> WriteResult:
+def _native(df: DataFrame, path: str, options: Mapping[str, str], mode: str, placement: Placement | None) \
+        -> WriteResult:
     from coordinator.store_factory import local_path
     from txnsink.plan import plan_write
 
@@ -295,11 +303,13 @@ def _native(df: DataFrame, path: str, options: Mapping[str, str], mode: str) -> 
         if mode == "auto":
             raise NativeUnavailable(KEYED_REASON if classic else CONNECT_KEYED_REASON)
         frame = frame.withColumn(PARTITION_COLUMN, partition_udf(meta, key)(*[frame[f"`{k}`"] for k in key]))
-    spread = plan.rotation if not key and meta.partitions > 1 else None
+    place = placement if placement is not None else Placement(plan.rotation, 1, meta.partitions)
+    stride = place.stride(meta.partitions)
+    spread = place.rotation if not key and meta.partitions > 1 else None
     if spread is not None and not classic:
-        frame = frame.withColumn(PARTITION_COLUMN, spread_column(spread, meta.partitions))
+        frame = frame.withColumn(PARTITION_COLUMN, spread_column(spread, meta.partitions, place.run, stride))
     foldered = bool(key) or spread is not None  # one folder per topic partition
-    if foldered:
+    if foldered and placement is None:
         frame = fewer_tasks(frame, plan.options.keyed_task_bytes)
     tag = uuid.uuid4().hex[:16]
     out = output_folder(tag)
@@ -308,7 +318,8 @@ def _native(df: DataFrame, path: str, options: Mapping[str, str], mode: str) -> 
     try:
         with StagingLease(store, tag):
             spark_write(frame, f"{url}/{out}", foldered, hadoop_options(plan), ordinals, meta.partitions,
-                         describe=local_path(store.url) is not None, spread=spread if classic else None)
+                         describe=local_path(store.url) is not None, spread=spread if classic else None,
+                         spread_run=place.run, spread_stride=stride)
             files = spark_files(store, out, meta.partitions, plan.rotation, foldered)
             return publish_files(store, plan.options, meta, tag, files, ptime, counted())
     finally:

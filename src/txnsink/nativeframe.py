@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from coordinator.segments import PRODUCER_TS, ROW_GROUP_ROWS
@@ -23,12 +24,27 @@ if TYPE_CHECKING:
     from coordinator import TopicMeta
     from txnsink.plan import WritePlan
 
-__all__ = ["NativeUnavailable", "conformed", "fewer_tasks", "jvm_key", "partition_udf", "spark_write",
+__all__ = ["NativeUnavailable", "Placement", "conformed", "fewer_tasks", "jvm_key", "partition_udf", "spark_write",
            "spread_column"]
 
 
 class NativeUnavailable(Exception):  # noqa: N818 - a reason, not an error the caller sees
     """Why the native path cannot write this (``auto`` then uses the data source)."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where an unkeyed write's tasks put their rows, given by a caller that has already merged them into
+    ``tasks`` tasks (a micro-batch: one per core at most): task ``i`` starts at partition ``(rotation + i * stride)
+    % partitions``, ``stride`` being ``partitions // tasks`` (at least 1: the tasks start as far apart as the
+    partitions allow), and puts ``run`` consecutive rows into a partition before it moves to the next."""
+
+    rotation: int
+    run: int
+    tasks: int
+
+    def stride(self, partitions: int) -> int:
+        return max(1, partitions // max(1, self.tasks))
 
 
 def conformed(df: DataFrame, plan: WritePlan, meta: TopicMeta) -> DataFrame:
@@ -124,24 +140,31 @@ def fewer_tasks(frame: DataFrame, task_bytes: int) -> DataFrame:
     return frame if tasks >= 2**31 else frame.coalesce(tasks)
 
 
-def spread_column(rotation: int, partitions: int) -> Any:
+def spread_column(rotation: int, partitions: int, run: int = 1, stride: int = 1) -> Any:
     """The partition a spread write puts each row in without the jar (Spark Connect): the ``n``-th row of task
     ``i`` in ``(rotation + i * 2**33 + n) % partitions`` (Spark's ``monotonically_increasing_id``), each task's rows
-    in turn as the jar's format deals them (from another first partition)."""
+    in turn as the jar's format deals them (from another first partition); with ``run`` > 1, in
+    ``(rotation + i * stride + n // run) % partitions``, as the jar's format places runs."""
     from pyspark.sql import functions as F  # noqa: N812 - Spark's convention
 
-    return F.pmod(F.monotonically_increasing_id() + F.lit(rotation), F.lit(partitions)).cast("int")
+    row_id = F.monotonically_increasing_id()
+    if run == 1:
+        return F.pmod(row_id + F.lit(rotation), F.lit(partitions)).cast("int")
+    task, n = F.shiftright(row_id, 33), row_id.bitwiseAND(F.lit((1 << 33) - 1))
+    first = task * F.lit(stride) + F.lit(rotation)
+    return F.pmod(first + F.floor(n / F.lit(run)).cast("long"), F.lit(partitions)).cast("int")
 
 
 def spark_write(frame: DataFrame, url: str, keyed: bool, fs_options: Mapping[str, str],
                  jvm_ordinals: Sequence[int] | None = None, partitions: int = 0, describe: bool = False,
-                 spread: int | None = None) -> None:
+                 spread: int | None = None, spread_run: int = 1, spread_stride: int = 1) -> None:
     """``frame.write.parquet(url)`` with microsecond timestamps and row groups of ``ROW_GROUP_ROWS`` rows, through
     the jar's ``SegmentParquetFormat`` in a classic session (each file's dictionaries chosen per column from its
     first rows: a column of mostly distinct values is written without one; with ``describe``, each file synced and
     described by its task: :mod:`txnsink.publish`); when ``keyed``, one folder per partition: by that format over
     the key columns at ``jvm_ordinals``, else by ``partitionBy`` the partitioner UDF's column (Spark's own
-    format); with ``spread`` (a rotation, classic sessions), the format's rows in turn over ``partitions``.
+    format); with ``spread`` (a rotation, classic sessions), the format's rows in turn over ``partitions``,
+    ``spread_run`` consecutive rows to a partition, tasks starting ``spread_stride`` partitions apart.
 
     Raises:
         NativeUnavailable: Spark has no file system for the URL's scheme.
@@ -159,7 +182,8 @@ def spark_write(frame: DataFrame, url: str, keyed: bool, fs_options: Mapping[str
                         "txnlog.folder": PARTITION_COLUMN})
     elif spread is not None:
         options.update({"txnlog.spread": str(spread), "txnlog.partitions": str(partitions),
-                        "txnlog.folder": PARTITION_COLUMN})
+                        "txnlog.folder": PARTITION_COLUMN, "txnlog.spreadRun": str(spread_run),
+                        "txnlog.spreadStride": str(spread_stride)})
     spark = frame.sparkSession
     jdf = getattr(frame, "_jdf", None)
     try:

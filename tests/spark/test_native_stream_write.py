@@ -91,6 +91,64 @@ def test_micro_batches_are_written_natively_with_the_python_paths_rows(native: A
         assert sorted(counts) == [0, 1, 2] and max(counts.values()) - min(counts.values()) <= 3
 
 
+def _per_file(lake: str, topic: str, files: int, rows: int) -> list[Counter[int]]:
+    """Rows per partition of each input file's micro-batch (file ``f`` holds ids ``f * rows`` to ``(f + 1) * rows -
+    1``)."""
+    t = read_snapshot(lake, [topic])[topic]
+    out: list[Counter[int]] = [Counter() for _ in range(files)]
+    for i, p in zip(t.column("id").to_pylist(), t.column("_partition").to_pylist(), strict=True):
+        out[i // rows][p] += 1
+    return out
+
+
+def test_unkeyed_micro_batches_fill_a_partition_per_task_and_take_turns(native: Any, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import txnsink.streamnative as streamnative
+
+    lake = str(tmp_path / "lake")
+    ids = sw.make_input(tmp_path / "in", 4, 50)
+
+    def run(topic: str) -> Any:
+        df = native.readStream.schema(sw.SCHEMA).option("maxFilesPerTrigger", 1).json(str(tmp_path / "in"))
+        q = (df.repartition(2).writeStream.format("txnlog").option("topic", topic).option("numPartitions", "4")
+             .option("checkpointLocation", str(tmp_path / f"cp-{topic}")).trigger(availableNow=True).start(lake))
+        sw.await_quietly(q)
+        assert q.exception() is None
+        assert "TxnlogNativeStreamWrite" in plan_of(q)
+        return q
+
+    run("sticky")
+    assert sw.out_ids(lake, "sticky") == ids
+    # each of a micro-batch's 2 tasks wrote its 25 rows into one partition, one file each, 2 partitions apart; the
+    # next micro-batch's tasks started one partition further on, so the 4 partitions took turns: 50 rows each
+    assert [sorted(c.values()) for c in _per_file(lake, "sticky", 4, 50)] == [[25, 25]] * 4
+    assert Counter(read_snapshot(lake, ["sticky"])["sticky"].column("_partition").to_pylist()) == \
+        {0: 50, 1: 50, 2: 50, 3: 50}
+    assert sw.data_files(lake, "sticky", 4) == 8  # evenly dealt rows would take 4 files a task: 32
+    # a task moves to the next partition every STREAM_RUN_ROWS rows: in runs of 10, each task's 25 rows go 10, 10
+    # and 5 into three partitions, the second task starting two partitions after the first (p: 10 + 5, p + 1: 10,
+    # p + 2: 5 + 10, p + 3: 10)
+    monkeypatch.setattr(streamnative, "STREAM_RUN_ROWS", 10)
+    run("runs")
+    assert sw.out_ids(lake, "runs") == ids
+    assert [sorted(c.values()) for c in _per_file(lake, "runs", 4, 50)] == [[10, 10, 15, 15]] * 4
+
+
+def test_the_spread_column_places_runs_as_the_jars_format_does(spark: Any) -> None:
+    """Spark Connect's placement (its driver has no jar): task ``i``'s ``n``-th row in ``(rotation + i * stride +
+    n // run) % partitions``."""
+    from pyspark.sql import functions as F  # noqa: N812 - Spark's convention
+
+    from txnsink.nativeframe import spread_column
+
+    df = spark.range(0, 50, numPartitions=2).select(F.spark_partition_id().alias("task"),
+                                                    spread_column(1, 4, 10, 2).alias("p"))
+    got = Counter((r.task, r.p) for r in df.collect())
+    assert got == {(0, 1): 10, (0, 2): 10, (0, 3): 5, (1, 3): 10, (1, 0): 10, (1, 1): 5}
+    evenly = Counter(r.p for r in spark.range(0, 40, numPartitions=1).select(spread_column(3, 4).alias("p")).collect())
+    assert evenly == {0: 10, 1: 10, 2: 10, 3: 10}  # run 1: in turn
+
+
 def test_a_replayed_batch_publishes_nothing_twice(native: Any, lake: str, tmp_path: Path) -> None:
     ids = sw.make_input(tmp_path / "in", 3, 8)
     q = sw.run_stream(native, tmp_path / "in", lake, tmp_path / "cp")

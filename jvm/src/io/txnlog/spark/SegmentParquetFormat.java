@@ -28,7 +28,10 @@ import org.apache.spark.sql.types.StructType;
  * non-negative integer {@code r}) instead of {@link #KEY}, the same layout takes the task's rows in turn: its
  * {@code n}-th row (from 0, in the order Spark hands them) goes to partition {@code (r + i + n) mod partitions},
  * {@code i} being the task's partition id, so every task spreads its rows evenly over the partitions, a retried
- * attempt exactly as the first. A task writes no file for a
+ * attempt exactly as the first. With {@link #SPREAD_RUN} {@code = k} and {@link #SPREAD_STRIDE} {@code = s} as well,
+ * rows go in runs of {@code k}: the {@code n}-th row to partition {@code (r + i * s + floor(n / k)) mod partitions},
+ * so a task of at most {@code k} rows writes one file (as Kafka's sticky partitioner fills one partition's batch
+ * before it moves on), and tasks start {@code s} partitions apart. A task writes no file for a
  * partition it has no row for (nor, without a key, when it has no row at all). A file's writer opens once its first
  * rows are judged (up to Parquet's first page of rows, buffered as copies); a keyed task hands each partition's
  * writer its rows in runs ({@link PartitionRuns}), each partition's in the task's order. With {@link #DESCRIBE}
@@ -44,6 +47,10 @@ public class SegmentParquetFormat extends ParquetFileFormat {
     public static final String FOLDER = "txnlog.folder";
     /** Option: unkeyed rows dealt over the partitions in turn, starting from this rotation plus the task's id. */
     public static final String SPREAD = "txnlog.spread";
+    /** Option: with {@link #SPREAD}, how many consecutive rows go to one partition before the next (default 1). */
+    public static final String SPREAD_RUN = "txnlog.spreadRun";
+    /** Option: with {@link #SPREAD}, how many partitions apart two consecutive tasks start (default 1). */
+    public static final String SPREAD_STRIDE = "txnlog.spreadStride";
     /** Option: {@code true} has each task describe its closed files ({@link FileDescription}). */
     public static final String DESCRIBE = "txnlog.describe";
 
@@ -56,23 +63,30 @@ public class SegmentParquetFormat extends ParquetFileFormat {
         boolean describe = "true".equals(Options.optional(options, DESCRIBE));
         String spread = Options.optional(options, SPREAD);
         if (Options.optional(options, KEY) == null && spread == null) {
-            return new Factory(files, null, 1, null, -1, sample, describe);
+            return new Factory(files, null, 1, null, -1, 1, 1, sample, describe);
         }
         if (spread != null) {
             String folder = Options.required(options, FOLDER, "the spread Parquet write");
             int partitions;
             long rotation;
+            long run;
+            long stride;
             try {
                 partitions = Integer.parseInt(Options.required(options, PARTITIONS, "the spread Parquet write"));
                 rotation = Long.parseLong(spread.trim());
+                String runText = Options.optional(options, SPREAD_RUN);
+                run = runText == null ? 1 : Long.parseLong(runText.trim());
+                String strideText = Options.optional(options, SPREAD_STRIDE);
+                stride = strideText == null ? 1 : Long.parseLong(strideText.trim());
             } catch (NumberFormatException e) {
-                throw new IllegalArgumentException("txnlog: invalid " + SPREAD + " or " + PARTITIONS + " option", e);
+                throw new IllegalArgumentException("txnlog: invalid " + SPREAD + ", " + SPREAD_RUN + ", "
+                        + SPREAD_STRIDE + " or " + PARTITIONS + " option", e);
             }
-            if (partitions < 1 || rotation < 0 || folder.isEmpty() || folder.contains("/")) {
-                throw new IllegalArgumentException("txnlog: invalid " + SPREAD + ", " + PARTITIONS + " or " + FOLDER
-                        + " option");
+            if (partitions < 1 || rotation < 0 || run < 1 || stride < 1 || folder.isEmpty() || folder.contains("/")) {
+                throw new IllegalArgumentException("txnlog: invalid " + SPREAD + ", " + SPREAD_RUN + ", "
+                        + SPREAD_STRIDE + ", " + PARTITIONS + " or " + FOLDER + " option");
             }
-            return new Factory(files, null, partitions, folder, rotation, sample, describe);
+            return new Factory(files, null, partitions, folder, rotation, run, stride, sample, describe);
         }
         String key = Options.required(options, KEY, "the keyed Parquet write");
         String folder = Options.required(options, FOLDER, "the keyed Parquet write");
@@ -91,8 +105,8 @@ public class SegmentParquetFormat extends ParquetFileFormat {
         if (folder.isEmpty() || folder.contains("/")) {
             throw new IllegalArgumentException("txnlog: invalid " + FOLDER + " option " + folder);
         }
-        return new Factory(files, new KeyHash(dataSchema, ordinals, partitions), partitions, folder, -1, sample,
-                describe);
+        return new Factory(files, new KeyHash(dataSchema, ordinals, partitions), partitions, folder, -1, 1, 1,
+                sample, describe);
     }
 
     @Override
@@ -107,20 +121,25 @@ public class SegmentParquetFormat extends ParquetFileFormat {
         private final int partitions;
         private final String folder;
         private final long rotation;
+        private final long run;
+        private final long stride;
         private final int sample;
         private final boolean describe;
 
         /**
          * {@code hash} and {@code folder} null: one file per task; {@code hash} null and {@code folder} set: rows in
-         * turn from {@code rotation} plus the task's id; {@code sample}: rows judged before a file opens (0: none).
+         * turn from {@code rotation} plus {@code stride} times the task's id, {@code run} rows at a time;
+         * {@code sample}: rows judged before a file opens (0: none).
          */
-        Factory(OutputWriterFactory files, KeyHash hash, int partitions, String folder, long rotation, int sample,
-                boolean describe) {
+        Factory(OutputWriterFactory files, KeyHash hash, int partitions, String folder, long rotation, long run,
+                long stride, int sample, boolean describe) {
             this.files = files;
             this.hash = hash;
             this.partitions = partitions;
             this.folder = folder;
             this.rotation = rotation;
+            this.run = run;
+            this.stride = stride;
             this.sample = sample;
             this.describe = describe;
         }
@@ -152,6 +171,8 @@ public class SegmentParquetFormat extends ParquetFileFormat {
         private final PartitionRuns runs;
         /** The partition the next unkeyed row goes to (spread writes). */
         private int next;
+        /** Rows given to {@link #next} in its current run (spread writes). */
+        private long inRun;
 
         Writer(Factory factory, String path, StructType schema, TaskAttemptContext context) {
             this.factory = factory;
@@ -165,12 +186,14 @@ public class SegmentParquetFormat extends ParquetFileFormat {
             this.files = new String[factory.partitions];
             this.rows = new long[factory.partitions];
             this.sample = factory.sample > 0 ? new ArrayList<>() : null;
-            this.runs = factory.folder == null || factory.partitions == 1 ? null
+            // rows dealt one by one are gathered in runs per partition; long runs are written as they come
+            this.runs = factory.folder == null || factory.partitions == 1 || (factory.hash == null && factory.run > 1)
+                    ? null
                     : new PartitionRuns(factory.partitions, schema.length());
             TaskContext task = TaskContext.get();
             long id = task == null ? 0 : task.partitionId();
             this.next = factory.hash != null || factory.folder == null ? 0
-                    : (int) Math.floorMod(factory.rotation + id, (long) factory.partitions);
+                    : (int) Math.floorMod(factory.rotation + id * factory.stride, (long) factory.partitions);
         }
 
         /** The row's partition: by the key's hash, or, spreading, the next in turn. */
@@ -179,7 +202,10 @@ public class SegmentParquetFormat extends ParquetFileFormat {
                 return factory.hash.partition(row);
             }
             int p = next;
-            next = p + 1 == factory.partitions ? 0 : p + 1;
+            if (++inRun == factory.run) {
+                inRun = 0;
+                next = p + 1 == factory.partitions ? 0 : p + 1;
+            }
             return p;
         }
 
