@@ -39,8 +39,13 @@ MEASURES = (("txnlog -> txnlog (both native paths)", "t2t"), ("txnlog -> noop (t
             ("parquet source -> txnlog (native)", "p2t"), ("parquet source -> txnlog (python)", "p2t_python"))
 
 
-def run_query(start: Callable[[], Any]) -> tuple[float, float, int, int]:
-    """Run an availableNow query to its end: (wall seconds, median ms of a micro-batch, batches, rows)."""
+#: Each measure's micro-batches' phases (Spark's ``durationMs``), for ``--phases``.
+PHASES: dict[str, list[dict[str, int]]] = {}
+
+
+def run_query(start: Callable[[], Any], key: str = "") -> tuple[float, float, int, int]:
+    """Run an availableNow query to its end: (wall seconds, median ms of a micro-batch, batches, rows); its
+    micro-batches' phases are kept in :data:`PHASES` under ``key``."""
     t0 = time.perf_counter()
     q = start()
     q.awaitTermination()
@@ -49,6 +54,7 @@ def run_query(start: Callable[[], Any]) -> tuple[float, float, int, int]:
         raise RuntimeError(f"query failed: {q.exception()}")
     done = [p for p in q.recentProgress if p["numInputRows"] > 0]
     batch_ms = statistics.median(p["durationMs"].get("triggerExecution", 0) for p in done) if done else 0.0
+    PHASES.setdefault(key, []).extend(dict(p["durationMs"]) for p in done)
     return wall, batch_ms, len(done), sum(p["numInputRows"] for p in done)
 
 
@@ -63,6 +69,8 @@ def main() -> None:
     ap.add_argument("--python", action="store_true", help="also the data source's streaming writer")
     ap.add_argument("--session", choices=("extension", "plain"), default="extension",
                     help="txnlog's session extension and no call, or a session with both enable_native calls")
+    ap.add_argument("--phases", action="store_true",
+                    help="also print the median ms of each phase of a micro-batch (Spark's durationMs)")
     args = ap.parse_args()
 
     import txnsink
@@ -116,7 +124,7 @@ def main() -> None:
         for run in range(args.warmup + args.runs):
             for k in keys:
                 print(f"run {run}: {k}", file=sys.stderr, flush=True)
-                got = run_query(lambda k=k, run=run: starts[k](run))  # type: ignore[misc]
+                got = run_query(lambda k=k, run=run: starts[k](run), k if run >= args.warmup else "")  # type: ignore[misc]
                 # a native micro-batch that reads part of a file reports the file's rows as read (docs/spark.md):
                 # for a txnlog source the rows are checked in what the query published, below
                 assert got[3] == args.rows or (k.startswith("t2") and got[3] >= args.rows), \
@@ -146,6 +154,14 @@ def main() -> None:
         per_run = "" if k == "p2p" else " " + " ".join(f"{r:.2f}x" for r in ratios)
         print(f"{label:<36}{statistics.median(wall):>9.1f}{statistics.median(t[1] for t in times[k]):>10.0f}"
               f"{times[k][0][2]:>9}{ratio:>10}{per_run}")
+    if args.phases:
+        names = sorted({n for k in times for d in PHASES.get(k, []) for n in d})
+        print("\nmedian ms of a micro-batch's phases (Spark's durationMs)")
+        print(f"{'':<12}" + "".join(f"{n[:14]:>15}" for n in names))
+        for _, k in MEASURES:
+            if k in times:
+                cells = [statistics.median(d.get(n, 0) for d in PHASES[k]) for n in names]
+                print(f"{k:<12}" + "".join(f"{c:>15.0f}" for c in cells))
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ otherwise; ``native`` fails naming the reason.
 
 from __future__ import annotations
 
+import json
 import logging
 import posixpath
 import re
@@ -41,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from coordinator import parallel
 from coordinator.errors import InvalidOptionError
 from coordinator.store_factory import missing_file_system
 from txnsource.options import ReadOptions, parse_options
@@ -104,20 +106,20 @@ class NativeFile:
 
 @dataclass(frozen=True)
 class NativeScan:
-    """One Parquet scan: files of one topic, each told apart from the others by its size or its name.
+    """One Parquet scan: files of one topic, each told apart from the others by its size or its name. Spark
+    lists nothing to plan it: the jar's scan takes each file with its size (``io.txnlog.spark.KnownFiles``).
 
     Attributes:
         topic: the topic the files belong to.
         files: the files read.
-        paths: what Spark lists: the files' folders when ``glob`` is set, else the files themselves.
-        glob: a ``pathGlobFilter`` naming exactly the files in ``paths``, or None. Listing a folder costs one
-            request where a file path costs one per file.
     """
 
     topic: str
     files: tuple[NativeFile, ...]
-    paths: tuple[str, ...]
-    glob: str | None
+
+    def files_json(self) -> str:
+        """The files as the jar's scans take them: a JSON array of ``[url, size]``."""
+        return json.dumps([[f.url, f.size] for f in self.files])
 
 
 def read(spark: SparkSession, path: str, schema: StructType | str | None = None, **options: Any) -> DataFrame:
@@ -265,19 +267,17 @@ def range_scans(store: Store, coord: TransactionCoordinator, opts: ReadOptions, 
         raise NativeUnavailable("maxRecordsPerPartition splits tasks by record count, which only the Python reader "
                                 "does (Spark's Parquet scan splits by bytes)")
     groups: dict[str, list[_Group]] = {}
-    listed: dict[str, list[str]] = {}
-    for (topic, p), (start, end) in sorted(ranges.items()):
-        if end <= start:
-            continue
+    wanted = [(tp, se) for tp, se in sorted(ranges.items()) if se[1] > se[0]]
+    # the partitions' data folders, listed at once, check that every segment read is there, whole
+    listings = parallel.pmap(lambda tp: store.list_info(data_dir(*tp)), [tp for tp, _ in wanted])
+    for ((topic, p), (start, end)), infos in zip(wanted, listings, strict=True):
         plog = coord.partition(topic, p)
         if plog.end_offset < end:
             plog.refresh()
         slices = plog.slices(start, end)
         if any(not sl.segment.path.endswith(".parquet") for sl in slices):
             raise NativeUnavailable(f"partition {topic}/{p} holds Arrow IPC segments")
-        infos = store.list_info(data_dir(topic, p))
         sizes = {o.path: o.size for o in infos}
-        listed[f"{root}/{data_dir(topic, p)}"] = [posixpath.basename(o.path) for o in infos]
         scans = groups.setdefault(topic, [])
         for sl in slices:
             seg = sl.segment
@@ -292,7 +292,7 @@ def range_scans(store: Store, coord: TransactionCoordinator, opts: ReadOptions, 
                 home = _Group()
                 scans.append(home)
             home.add(f)
-    return [_scan(topic, g.files, listed) for topic in opts.topics for g in groups.get(topic, [])]
+    return [NativeScan(topic, tuple(g.files)) for topic in opts.topics for g in groups.get(topic, [])]
 
 
 #: File names that are literal in a Hadoop glob and that Spark's ``_metadata.file_name`` gives as they are (it
@@ -325,18 +325,6 @@ class _Group:
     def add(self, f: NativeFile) -> None:
         self.files.append(f)
         self.by_size.setdefault(f.size, []).append(f)
-
-
-def _scan(topic: str, files: Sequence[NativeFile], listed: Mapping[str, Sequence[str]]) -> NativeScan:
-    """A scan of ``files``: their folders filtered by a glob of their names when that selects exactly them in
-    the folders' listings (``listed``), else the files one by one."""
-    folders = sorted({posixpath.dirname(f.url) for f in files})
-    wanted = {(posixpath.dirname(f.url), file_name(f)) for f in files}
-    names = {name for _folder, name in wanted}
-    matched = {(d, n) for d in folders for n in listed[d] if n in names}
-    if matched == wanted and all(_PLAIN_NAME.fullmatch(n) for n in names):
-        return NativeScan(topic, tuple(files), tuple(folders), "{" + ",".join(sorted(names)) + "}")
-    return NativeScan(topic, tuple(files), tuple(f.url for f in files), None)
 
 
 def topic_columns(spark: SparkSession, store: Store, topics: Sequence[str], schema: StructType | str | None

@@ -152,8 +152,6 @@ def sql_frame(spark: SparkSession, scan: NativeScan, schema: StructType, full: S
         fields.append(T.StructField(ROW_COLUMN, T.LongType(), True))
     # a committed segment that is missing or unreadable fails the read, whatever the session says
     options = {"ignoreMissingFiles": "false", "ignoreCorruptFiles": "false", **fs_options}
-    if scan.glob is not None:
-        options["pathGlobFilter"] = scan.glob
     cols: list[str] = []
     for field in schema.fields:
         name, source = field.name, full[field.name]
@@ -184,7 +182,7 @@ def sql_frame(spark: SparkSession, scan: NativeScan, schema: StructType, full: S
 
     jss = jvm.jvm_session(spark, "the native read path", "read with readPath=python")
     built = capture_sql_exception(jvm.segment_scans(spark).sql)(
-        jss, T.StructType(fields).json(), json.dumps(options), json.dumps(list(scan.paths)), keep, json.dumps(cols))
+        jss, T.StructType(fields).json(), json.dumps(options), scan.files_json(), keep, json.dumps(cols))
     return ClassicFrame(built, spark)
 
 
@@ -224,11 +222,9 @@ def segment_frame(spark: SparkSession, scan: NativeScan, schema: StructType,
 
     options = {"ignoreMissingFiles": "false", "ignoreCorruptFiles": "false", **fs_options,
                "txnlog.topic": scan.topic, "txnlog.segments": segments_option(scan)}
-    if scan.glob is not None:
-        options["pathGlobFilter"] = scan.glob
     jss = jvm.jvm_session(spark, "the native read path", "read with readPath=python")
     loaded = capture_sql_exception(jvm.segment_scans(spark).load)(jss, schema.json(), json.dumps(options),
-                                                                  json.dumps(list(scan.paths)))
+                                                                  scan.files_json())
     return ClassicFrame(loaded, spark)
 
 

@@ -13,6 +13,7 @@ import org.apache.spark.sql.Row;
 import org.apache.spark.sql.catalyst.expressions.AttributeReference;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.execution.datasources.LogicalRelation;
+import org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
@@ -24,16 +25,15 @@ import scala.jdk.javaapi.CollectionConverters;
  * schema says.
  *
  * <p>Contract: {@code load} adds the jar to the Spark context once (executors load the format's reader), reads
- * {@code paths} (a JSON array) with {@link SegmentFormat}, the schema {@code schemaJson} and {@code options} (a JSON
- * object), and returns the Dataset whose columns have the schema's nullability (Spark reads a file relation's
+ * {@code files} (a JSON array of {@code [url, size]}: {@link KnownFiles}, so nothing is listed) with
+ * {@link SegmentFormat}, the schema {@code schemaJson} and {@code options} (a JSON object), and returns the Dataset whose columns have the schema's nullability (Spark reads a file relation's
  * columns as nullable; the caller vouches that the files hold no null in a column declared not null, and the
  * computed columns never are).
  * Errors are Spark's; a plan that is not one file relation fails ({@link IllegalStateException}).
  *
  * <p>The file relations of the last {@link #CACHED} distinct loads (session, schema, options and paths) are kept: a
  * load equal to one of them (a query over a snapshot already planned) takes a new instance of its relation (new
- * column ids) instead of resolving and listing the files again. The files a load names are immutable segments, so
- * the relation's listing stays true while a snapshot names them.
+ * column ids) instead of resolving it again. The files a load names are immutable segments.
  */
 public final class SegmentScans {
     /** How many file relations are kept. */
@@ -67,25 +67,27 @@ public final class SegmentScans {
      * would convert a map or a list with a round trip per entry.
      */
     public Dataset<Row> load(org.apache.spark.sql.classic.SparkSession session, String schemaJson,
-                             String optionsJson, String pathsJson) {
+                             String optionsJson, String filesJson) {
         Map<String, String> options = Options.fromJson(optionsJson, new TypeReference<Map<String, String>>() { });
-        List<String> paths = Options.fromJson(pathsJson, new TypeReference<List<String>>() { });
-        return load(session, schemaJson, options, paths);
+        List<List<Object>> files = Options.fromJson(filesJson, new TypeReference<List<List<Object>>>() { });
+        return load(session, schemaJson, options, files);
     }
 
     /**
-     * A plain Parquet scan of {@code pathsJson} (a JSON array) with the schema {@code schemaJson} and the options
-     * {@code optionsJson} (a JSON object), filtered by the SQL condition {@code keep} (none when null) and projected
-     * to the SQL expressions of {@code columnsJson} (a JSON array): what the Python side would build with a dozen
-     * py4j calls and more, in one. Errors are Spark's.
+     * A plain Parquet scan of {@code filesJson} (a JSON array of {@code [url, size]}: {@link KnownFiles}, so
+     * nothing is listed) with the schema {@code schemaJson} and the options {@code optionsJson} (a JSON object),
+     * filtered by the SQL condition {@code keep} (none when null) and projected to the SQL expressions of
+     * {@code columnsJson} (a JSON array): what the Python side would build with a dozen py4j calls and more, in one.
+     * Errors are Spark's.
      */
     public Dataset<Row> sql(org.apache.spark.sql.classic.SparkSession session, String schemaJson, String optionsJson,
-                            String pathsJson, String keep, String columnsJson) {
+                            String filesJson, String keep, String columnsJson) {
         Map<String, String> options = Options.fromJson(optionsJson, new TypeReference<Map<String, String>>() { });
-        List<String> paths = Options.fromJson(pathsJson, new TypeReference<List<String>>() { });
+        List<List<Object>> files = Options.fromJson(filesJson, new TypeReference<List<List<Object>>>() { });
         List<String> columns = Options.fromJson(columnsJson, new TypeReference<List<String>>() { });
-        Dataset<Row> df = session.read().schema((StructType) DataType.fromJson(schemaJson)).options(options)
-            .parquet(paths.toArray(new String[0]));
+        StructType schema = (StructType) DataType.fromJson(schemaJson);
+        Dataset<Row> df = session.baseRelationToDataFrame(
+            new KnownFiles(files).relation(session, schema, new ParquetFileFormat(), options));
         if (keep != null) {
             df = df.where(keep);
         }
@@ -93,18 +95,18 @@ public final class SegmentScans {
     }
 
     private Dataset<Row> load(org.apache.spark.sql.classic.SparkSession session, String schemaJson,
-                              Map<String, String> options, List<String> paths) {
+                              Map<String, String> options, List<List<Object>> files) {
         Jar.ship();
         StructType schema = (StructType) DataType.fromJson(schemaJson);
-        List<Object> key = List.of(new Session(session), schemaJson, options, paths);  // both parsed for this call
+        List<Object> key = List.of(new Session(session), schemaJson, options, files);  // all parsed for this call
         LogicalPlan plan;
         synchronized (RELATIONS) {
             LogicalRelation cached = RELATIONS.get(key);
             plan = cached == null ? null : cached.newInstance();
         }
         if (plan == null) {
-            Dataset<Row> read = Jar.withLoader(() -> session.read().schema(schema).options(options)
-                .format(SegmentFormat.class.getName()).load(CollectionConverters.asScala(paths).toSeq()));
+            Dataset<Row> read = Jar.withLoader(() -> session.baseRelationToDataFrame(
+                new KnownFiles(files).relation(session, schema, new SegmentFormat(), options)));
             plan = read.queryExecution().analyzed();
             if (!(plan instanceof LogicalRelation)) {
                 throw new IllegalStateException("txnlog: a segment scan planned as " + plan.nodeName());
