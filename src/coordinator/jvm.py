@@ -29,6 +29,7 @@ JAR = Path(__file__).parent / "jars" / "txnlog-spark.jar"
 
 _loaders: dict[int, Any] = {}
 _writes: dict[int, Any] = {}
+_scans: dict[int, Any] = {}
 _lock = threading.Lock()
 
 
@@ -68,6 +69,16 @@ def new_object(gateway: Any, jvm: Any, name: str, *args: Any) -> Any:
         thread.setContextClassLoader(previous)
 
 
+def _one_per_jvm(cache: dict[int, Any], spark: Any, name: str) -> Any:
+    """The instance of the jar's stateless class ``name`` kept for the JVM behind ``spark`` (a py4j call saved per
+    use: creating one costs ~5 ms)."""
+    gateway = spark.sparkContext._gateway
+    got = cache.get(id(gateway))
+    if got is None:
+        got = cache[id(gateway)] = new_object(gateway, spark.sparkContext._jvm, name)
+    return got
+
+
 def segment_writes(spark: Any) -> Any:
     """The jar's ``io.txnlog.spark.SegmentWrites`` for the classic session ``spark`` (one per JVM: it holds no
     state): its ``write(dataset, options json, path)`` runs a ``SegmentParquetFormat`` write (the jar shipped to the
@@ -76,22 +87,18 @@ def segment_writes(spark: Any) -> Any:
     Raises:
         InvalidOptionError: the jar is missing or does not load into this JVM's Spark.
     """
-    gateway = spark.sparkContext._gateway
-    got = _writes.get(id(gateway))
-    if got is None:
-        got = _writes[id(gateway)] = new_object(gateway, spark.sparkContext._jvm, "io.txnlog.spark.SegmentWrites")
-    return got
+    return _one_per_jvm(_writes, spark, "io.txnlog.spark.SegmentWrites")
 
 
 def segment_scans(spark: Any) -> Any:
-    """The jar's ``io.txnlog.spark.SegmentScans`` for the classic session ``spark``: its ``load(session, schema
-    json, options, paths)`` builds a ``SegmentFormat`` scan (the jar shipped to the executors first), its ``sql``
-    a plain Parquet scan under a filter and a projection, in one call.
+    """The jar's ``io.txnlog.spark.SegmentScans`` for the classic session ``spark`` (one per JVM: its state is a
+    static cache): its ``load(session, schema json, options, files)`` builds a ``SegmentFormat`` scan (the jar
+    shipped to the executors first), its ``sql`` a plain Parquet scan under a filter and a projection, in one call.
 
     Raises:
         InvalidOptionError: the jar is missing or does not load into this JVM's Spark.
     """
-    return new_object(spark.sparkContext._gateway, spark.sparkContext._jvm, "io.txnlog.spark.SegmentScans")
+    return _one_per_jvm(_scans, spark, "io.txnlog.spark.SegmentScans")
 
 
 def _rules(jss: Any) -> list[Any]:
