@@ -1,13 +1,12 @@
 """The DataFrame of one native scan (:class:`~txnsource.native.NativeScan`): Spark's Parquet reader over the scan's
 files, with the metadata columns computed one of two ways.
 
-* Every column the files' own, computed or nullable: the jar's ``io.txnlog.spark.SegmentFormat``
-  (:func:`segment_frame`), Spark's Parquet format that appends ``_topic``, ``_partition``, ``_offset`` and
-  ``_timestamp`` to each batch as column vectors, from per-file values passed in the scan's options, so no projection
-  copies the rows; a filter on those columns that excludes a file whole keeps the file unopened. A slice that starts
-  or ends inside a file is a filter on the computed ``_partition`` and ``_offset`` (one range per partition), not a
-  projection of per-file lookups: nothing per row but two comparisons, and a short plan to build.
-* Otherwise (a column that needs a cast): a plain Parquet scan under a
+* Every file read whole and every column the files' own, computed or nullable: the jar's
+  ``io.txnlog.spark.SegmentFormat`` (:func:`segment_frame`), Spark's Parquet format that appends ``_topic``,
+  ``_partition``, ``_offset`` and ``_timestamp`` to each batch as column vectors, from per-file values passed in the
+  scan's options, so no projection copies the rows; a filter on those columns that excludes a file whole keeps the
+  file unopened.
+* Otherwise (a slice that starts or ends inside a file, a column that needs a cast): a plain Parquet scan under a
   projection of SQL expressions, built in the JVM in one call (:func:`sql_frame`): per-file values picked by a
   balanced tree of comparisons on ``_metadata.file_size`` (files of equal size told apart by
   ``_metadata.file_name``), ``_offset`` the file's first offset plus the row index Spark fills, rows outside a
@@ -134,7 +133,7 @@ def scan_frame(spark: SparkSession, scan: NativeScan, schema: StructType, full: 
         InvalidOptionError: the segment format is needed and txnlog's jar does not load into this Spark.
     """
     if segment_columns(scan, schema, (*topic_columns, PRODUCER_TS)):
-        return segment_frame(spark, scan, schema, fs_options, full)
+        return segment_frame(spark, scan, schema, fs_options)
     return sql_frame(spark, scan, schema, full, topic_columns, fs_options)
 
 
@@ -192,8 +191,10 @@ COMPUTED = ("_topic", "_partition", "_offset", "_timestamp")
 
 
 def segment_columns(scan: NativeScan, schema: StructType, stored: Sequence[str]) -> bool:
-    """Whether the jar's segment format reads ``scan`` as ``schema``: every column stored in the files, computed by
-    the format, or nullable (a column the topic lacks reads as null)."""
+    """Whether the jar's segment format reads ``scan`` as ``schema``: every file whole, and every column stored in
+    the files, computed by the format, or nullable (a column the topic lacks reads as null)."""
+    if any(f.sliced for f in scan.files):
+        return False
     return all(f.name in stored or f.name in COMPUTED or f.nullable for f in schema.fields)
 
 
@@ -206,30 +207,10 @@ def segments_option(scan: NativeScan) -> str:
                    + f"\t{'' if f.ptime is None else f.ptime}\n" for f in scan.files)
 
 
-def slice_sql(scan: NativeScan) -> str | None:
-    """SQL keeping the rows of ``scan``'s slices, on the format's computed ``_partition`` and ``_offset``: per
-    partition, the offset ranges its files are read over, adjacent ranges merged (offsets are unique within a
-    partition, so a range names rows of its own files only); None when every file is read whole."""
-    if not any(f.sliced for f in scan.files):
-        return None
-    ranges: dict[int, list[list[int]]] = {}
-    for f in sorted(scan.files, key=lambda f: (f.partition, f.base_offset + f.lo)):
-        lo, hi = f.base_offset + f.lo, f.base_offset + f.hi
-        got = ranges.setdefault(f.partition, [])
-        if got and got[-1][1] == lo:
-            got[-1][1] = hi
-        else:
-            got.append([lo, hi])
-    return " OR ".join(f"(_partition = {p} AND _offset >= {lo}L AND _offset < {hi}L)"
-                       for p, rs in sorted(ranges.items()) for lo, hi in rs)
-
-
-def segment_frame(spark: SparkSession, scan: NativeScan, schema: StructType, fs_options: Mapping[str, str],
-                  full: StructType) -> DataFrame:
+def segment_frame(spark: SparkSession, scan: NativeScan, schema: StructType,
+                  fs_options: Mapping[str, str]) -> DataFrame:
     """``scan`` read by the jar's segment format: the metadata columns are filled inside the scan as column
-    vectors, so no projection copies the rows (docs/design.md, "The native read path"); a slice is a filter on the
-    computed ``_partition`` and ``_offset`` (:func:`slice_sql`), which the scan computes for it whether ``schema``
-    (of the read schema ``full``) has them or not.
+    vectors, so no projection copies the rows (docs/design.md, "The native read path").
 
     Raises:
         InvalidOptionError: txnlog's jar does not load into this Spark, or the session is not a classic one.
@@ -241,18 +222,9 @@ def segment_frame(spark: SparkSession, scan: NativeScan, schema: StructType, fs_
 
     options = {"ignoreMissingFiles": "false", "ignoreCorruptFiles": "false", **fs_options,
                "txnlog.topic": scan.topic, "txnlog.segments": segments_option(scan)}
-    keep = slice_sql(scan)
-    read = schema
-    if keep is not None:
-        from pyspark.sql import types as T
-
-        read = T.StructType([*schema.fields, *(full[c] for c in ("_partition", "_offset") if c not in schema.names)])
     jss = jvm.jvm_session(spark, "the native read path", "read with readPath=python")
-    loaded = capture_sql_exception(jvm.segment_scans(spark).load)(jss, read.json(), json.dumps(options),
+    loaded = capture_sql_exception(jvm.segment_scans(spark).load)(jss, schema.json(), json.dumps(options),
                                                                   scan.files_json())
-    if keep is None:
-        return ClassicFrame(loaded, spark)
-    kept = ClassicFrame(loaded.where(keep), spark)
-    return kept if read is schema else kept.select(*[_quoted(n) for n in schema.names])
+    return ClassicFrame(loaded, spark)
 
 
