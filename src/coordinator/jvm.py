@@ -14,6 +14,7 @@ Rules are installed in a session's ``experimental().extraOptimizations``, which 
 from __future__ import annotations
 
 import hashlib
+import json
 import sys
 import threading
 from collections.abc import Callable
@@ -22,7 +23,8 @@ from typing import Any
 
 from coordinator.errors import InvalidOptionError
 
-__all__ = ["JAR", "disable", "enable", "enabled", "jvm_session", "segment_scans", "segment_writes", "source_hash"]
+__all__ = ["JAR", "disable", "enable", "enabled", "jvm_session", "options_from_json", "segment_scans", "segment_writes",
+           "source_hash"]
 
 #: The jar of txnlog's Spark rules.
 JAR = Path(__file__).parent / "jars" / "txnlog-spark.jar"
@@ -67,6 +69,12 @@ def new_object(gateway: Any, jvm: Any, name: str, *args: Any) -> Any:
         raise InvalidOptionError(f"txnlog's Spark jar does not load into this Spark: {exc}") from exc
     finally:
         thread.setContextClassLoader(previous)
+
+
+def options_from_json(text: str) -> dict[str, str]:
+    """The options of one JSON object (as the jar sends a relation's or a write's options: py4j would convert a map
+    with a round trip per entry), every value as text."""
+    return {str(k): str(v) for k, v in json.loads(text).items()}
 
 
 def _one_per_jvm(cache: dict[int, Any], spark: Any, name: str) -> Any:

@@ -26,12 +26,12 @@ client are never rewritten (the rule needs the driver's Python process).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from coordinator import jvm as jvm_rules
+from coordinator.jvm import options_from_json
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -68,10 +68,6 @@ def _reason(options: Mapping[str, str]) -> str | None:
     return None
 
 
-def _options(options_json: str) -> dict[str, str]:
-    return {str(k): str(v) for k, v in json.loads(options_json).items()}
-
-
 class _Writer:
     """The rule's writer (``NativeWriteRule.Writer``), called by the JVM through py4j."""
 
@@ -89,7 +85,7 @@ class _Writer:
         from txnsink.options import parse_options
         from txnsink.publish import check_writable
 
-        text = _options(options_json)
+        text = options_from_json(options_json)
         try:
             opts = parse_options(text)
             mode = opts.write_path
@@ -115,7 +111,7 @@ class _Writer:
 
         from txnsink.native import write_options
 
-        result = write_options(DataFrame(dataset, self.spark), _options(options_json))
+        result = write_options(DataFrame(dataset, self.spark), options_from_json(options_json))
         log.info("txnlog: format('txnlog') append written by the %s path%s", result.path,
                  f" ({result.reason})" if result.reason else "")
 
@@ -124,7 +120,7 @@ class _Writer:
         (:func:`txnsink.streamnative.plan_stream`)."""
         from txnsink.streamnative import plan_stream
 
-        return plan_stream(_options(options_json))
+        return plan_stream(options_from_json(options_json))
 
     def insertStream(self, dataset: Any, options_json: str, query_id: str, batch_id: int) -> None:  # noqa: N802
         """Write and commit micro-batch ``batch_id`` of query ``query_id`` (the rows of ``dataset``, a classic Java
@@ -133,7 +129,8 @@ class _Writer:
 
         from txnsink.streamnative import write_micro_batch
 
-        write_micro_batch(DataFrame(dataset, self.spark), _options(options_json), str(query_id), int(batch_id))
+        options = options_from_json(options_json)
+        write_micro_batch(DataFrame(dataset, self.spark), options, str(query_id), int(batch_id))
 
 
 def enable_native(spark: SparkSession) -> None:

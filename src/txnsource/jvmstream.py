@@ -138,7 +138,8 @@ def open_stream(options_json: str, schema_json: str) -> Any:
     """
     from pyspark.sql.types import StructType
 
-    from txnsource.options import options_from_json, parse_options, resolve_pattern
+    from coordinator.jvm import options_from_json
+    from txnsource.options import parse_options, resolve_pattern
     from txnsource.stream import TxnLogStreamReader
 
     opts = resolve_pattern(parse_options(options_from_json(options_json), streaming=True))

@@ -36,7 +36,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from coordinator import jvm as jvm_rules
-from txnsource.options import options_from_json
+from coordinator.jvm import options_from_json
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

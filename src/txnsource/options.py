@@ -286,11 +286,6 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None) -> Read
     return opts
 
 
-def options_from_json(text: str) -> dict[str, str]:
-    """The options of one JSON object (as the jar sends a relation's options), every value as text."""
-    return {str(k): str(v) for k, v in json.loads(text).items()}
-
-
 def resolve_pattern(opts: ReadOptions) -> ReadOptions:
     """``opts`` with ``subscribePattern`` resolved against the topics in its store (unchanged, and the store not
     opened, without a pattern).

@@ -70,7 +70,9 @@ def kill_and_restart(tmp_path: Path, child_code: str, topics: tuple[str, ...]) -
     while child.poll() is None and len(published(lake, topics)) < target and time.time() < deadline:
         time.sleep(0.1)
     assert child.poll() is None, "the query finished before the kill point"
-    time.sleep(rng.uniform(0, 0.5))
+    # somewhere inside the next micro-batch or so: a native micro-batch of 25 rows takes ~0.1 s, so a longer delay
+    # could let the query finish the 5 or more batches left first
+    time.sleep(rng.uniform(0, 0.15))
     os.killpg(child.pid, signal.SIGKILL)
     child.wait()
     at_kill = published(lake, topics)
