@@ -305,4 +305,7 @@ def test_a_sigkilled_native_driver_restarted_gives_exactly_once(tmp_path: Path) 
     assert [i for i, c in got.items() if c > 1] == []
     assert sorted(got) == list(range(250))
     meta = next(iter(TransactionCoordinator(open_store(str(tmp_path / "lake"))).log.refresh().apps.values()))
-    assert meta.version == 9 and meta.token.startswith("p.")  # the restarted driver wrote natively too
+    # the last batch Spark committed is the app's version, written natively by the restarted driver too (how many
+    # batches the 10 files took across the kill is Spark's: a replayed batch keeps its id)
+    last = max(int(n) for n in os.listdir(tmp_path / "cp" / "commits") if n.isdigit())
+    assert last >= 8 and meta.version == last and meta.token.startswith("p."), (last, meta)
