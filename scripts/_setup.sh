@@ -43,7 +43,8 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PINS="constraints/${TXNLOG_CONSTRAINTS:-newest}.txt"
 echo "installing txnlog[$1] into $VENV with the versions of $PINS" >&2
-"$VENV/bin/python" -m pip install --quiet -c "$PINS" -e ".[$1]"
+# errexit does not hold where this file is sourced in an `&&` list (test.sh's second pass): stop explicitly
+"$VENV/bin/python" -m pip install --quiet -c "$PINS" -e ".[$1]" || { echo "installing txnlog[$1] failed" >&2; exit 1; }
 # The Azure tests run Azurite (Microsoft's Azure Storage emulator, from the npm registry) beside the venv; the
 # version is tests/azure_lake.py's AZURITE_VERSION.
 AZURITE_VERSION=3.37.0
@@ -54,7 +55,8 @@ if [ "$1" = test ] && [ ! -x "$VENV/azurite/node_modules/.bin/azurite-blob" ]; t
     exit 1
   fi
   echo "installing azurite@$AZURITE_VERSION (npm) into $VENV/azurite" >&2
-  npm install --silent --no-save --no-audit --no-fund --prefix "$VENV/azurite" "azurite@$AZURITE_VERSION" >/dev/null
+  npm install --silent --no-save --no-audit --no-fund --prefix "$VENV/azurite" "azurite@$AZURITE_VERSION" >/dev/null \
+    || { echo "installing azurite@$AZURITE_VERSION failed" >&2; exit 1; }
 fi
 export PATH="$PWD/$VENV/bin:$PATH"
 export PYSPARK_PYTHON="$PWD/$VENV/bin/python"
