@@ -1,7 +1,9 @@
 """Streaming write benchmark, side by side in one run on the same rows and the same local SparkSession:
 
 1. ``txnlog -> txnlog``: a streaming query over a backlog of ``--rows`` records of a txnlog topic
-   (``Trigger.AvailableNow``, ``maxRecordsPerTrigger`` = rows / ``--batches``) into another topic, by default in a
+   (``Trigger.AvailableNow``; ``--limit files``, the default: ``maxFilesPerTrigger`` = one file per core, as the
+   Parquet side, so each micro-batch reads whole files; ``--limit rows``: ``maxRecordsPerTrigger`` = rows /
+   ``--batches``, so micro-batches end inside files) into another topic, by default in a
    session with txnlog's session extension and no call (the source is the JVM stream, which starts no Python
    process, and the extension writes the micro-batches natively); ``--session plain``: a session without it, with
    ``txnsource.enable_native`` and ``txnsink.enable_native`` (the Python stream), against ``parquet -> parquet``:
@@ -16,7 +18,7 @@ fresh checkpoint and a fresh output. Each row reports the median wall time of a 
 micro-batch, and the median ratio over the runs (txnlog / Spark; below 1 means txnlog was faster).
 
     python bench/bench_stream_write.py [--rows 4000000] [--partitions 8] [--batches 8] [--runs 3] [--warmup 1]
-                                       [--python] [--session extension|plain]
+                                       [--python] [--session extension|plain] [--limit files|rows]
 """
 
 from __future__ import annotations
@@ -69,6 +71,9 @@ def main() -> None:
     ap.add_argument("--python", action="store_true", help="also the data source's streaming writer")
     ap.add_argument("--session", choices=("extension", "plain"), default="extension",
                     help="txnlog's session extension and no call, or a session with both enable_native calls")
+    ap.add_argument("--limit", choices=("files", "rows"), default="files",
+                    help="the txnlog source's limit: maxFilesPerTrigger (one file per core, as the Parquet side) or "
+                         "maxRecordsPerTrigger (rows / batches)")
     ap.add_argument("--phases", action="store_true",
                     help="also print the median ms of each phase of a micro-batch (Spark's durationMs)")
     args = ap.parse_args()
@@ -95,9 +100,12 @@ def main() -> None:
         def files() -> Any:
             return spark.readStream.schema(schema).option("maxFilesPerTrigger", args.cores).parquet(src)
 
+        limit = ("maxFilesPerTrigger", str(args.cores)) if args.limit == "files" else \
+            ("maxRecordsPerTrigger", str(per_batch))
+
         def backlog() -> Any:
             return (spark.readStream.format("txnlog").option("topic", "src").option("startingOffsets", "earliest")
-                    .option("maxRecordsPerTrigger", str(per_batch)).load(lake)
+                    .option(*limit).load(lake)
                     .drop("_topic", "_partition", "_offset", "_timestamp", "_producer_ts"))
 
         def t2t(run: int) -> Any:
@@ -141,7 +149,8 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
     print(f"\n{args.rows:,} rows (6 columns: long, int, double, string, timestamp, boolean); {args.partitions} "
-          f"partitions; {args.batches} micro-batches; local[{args.cores}]; {args.runs} interleaved runs after "
+          f"partitions; {args.batches} micro-batches (txnlog source: {limit[0]} = {limit[1]}); local[{args.cores}]; "
+          f"{args.runs} interleaved runs after "
           f"{args.warmup} warm-up")
     print(f"{'':<36}{'query s':>9}{'batch ms':>10}{'batches':>9}{'vs Spark':>10}{'per run':>10}")
     for label, k in MEASURES:

@@ -314,8 +314,8 @@ class PartitionLog:
 
     # -- reading ----------------------------------------------------------------------------------------------
 
-    def slices(self, start: int, end: int) -> list[SegmentSlice]:
-        """The segment slices holding offsets ``[start, end)``.
+    def slices(self, start: int, end: int, limit: int | None = None) -> list[SegmentSlice]:
+        """The segment slices holding offsets ``[start, end)`` (only the first ``limit`` of them, when given).
 
         Raises:
             OffsetOutOfRangeError: the range starts below the log start or ends past the log end.
@@ -328,7 +328,7 @@ class PartitionLog:
                 )
             out: list[SegmentSlice] = []
             i = max(0, bisect.bisect_right(self._bases, start) - 1)
-            while i < len(self.segments) and self.segments[i].base_offset < end:
+            while i < len(self.segments) and self.segments[i].base_offset < end and len(out) != limit:
                 s = self.segments[i]
                 lo, hi = max(start, s.base_offset), min(end, s.end_offset)
                 if hi > lo:

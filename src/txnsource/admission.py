@@ -1,7 +1,10 @@
 """Admission control of the stream reader: how far one micro-batch may go.
 
-Three limits, applied in this order (Spark's Kafka source has the same options):
+Four limits, applied in this order (Spark's Kafka source has the last three; Spark's file source and Delta the
+first):
 
+* files (``maxFilesPerTrigger``, or the engine's ``ReadMaxFiles``): the backlog's oldest segment files in commit
+  order, whole (:func:`files_grant`); a micro-batch then ends at file ends and reads no file in part;
 * rows (``maxRecordsPerTrigger`` / ``maxOffsetsPerTrigger``, or the engine's ``ReadMaxRows``): shared among
   partitions in proportion to their backlog (:func:`allocate`);
 * bytes (``maxBytesPerTrigger``): the budget is shared in proportion to each partition's backlog bytes, and each
@@ -14,11 +17,38 @@ Three limits, applied in this order (Spark's Kafka source has the same options):
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Callable, Mapping, Sequence
 
 #: (rows, bytes) of each segment slice of a partition's backlog, in offset order.
 SliceSizes = Sequence[tuple[int, float]]
+#: (commit seq, rows) of each segment slice of a partition's backlog, in offset order.
+SliceSeqs = Sequence[tuple[int, int]]
+
+
+def files_grant(slices: Mapping[tuple[str, int], SliceSeqs], max_files: int) -> dict[tuple[str, int], int]:
+    """Rows each partition may take when a micro-batch reads at most ``max_files`` segment files: the backlog's
+    files taken whole, oldest commit first (files of one commit in turn across partitions, then by topic and
+    partition), each partition's files from its start offset on, so every grant is a prefix of its backlog.
+
+    Args:
+        slices: (commit seq, rows) of each slice of each partition's backlog, in offset order; the first may be
+            the rest of a file an earlier micro-batch read in part (it counts as one file).
+        max_files: the limit (at least 1: a micro-batch with backlog always takes a file).
+    """
+    out = dict.fromkeys(slices, 0)
+    heads = [(sl[0][0], 0, tp) for tp, sl in slices.items() if sl]
+    heapq.heapify(heads)
+    for _ in range(max(1, max_files)):
+        if not heads:
+            break
+        _seq, i, tp = heapq.heappop(heads)
+        out[tp] += slices[tp][i][1]
+        if i + 1 < len(slices[tp]):
+            # a later file of a partition is never older than an earlier one (offsets follow commit order)
+            heapq.heappush(heads, (max(slices[tp][i + 1][0], _seq), i + 1, tp))
+    return out
 
 
 def allocate(lags: Mapping[tuple[str, int], int], max_rows: int) -> dict[tuple[str, int], int]:

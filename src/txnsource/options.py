@@ -57,6 +57,10 @@ Other options:
 ``maxBytesPerTrigger``
     Stream only: approximate bytes per micro-batch (estimated from segment sizes); a micro-batch always takes at
     least one record, so a stream makes progress.
+``maxFilesPerTrigger``
+    Stream only: at most this many segment files per micro-batch (as Spark's file source and Delta), the oldest
+    first in commit order; a file a micro-batch reads part of counts as one. Micro-batches then end at file ends,
+    so each reads whole files.
 ``groupId``
     Stream only: consumer group whose offsets each finished micro-batch records.
 ``maxPartitionBytes``
@@ -127,14 +131,14 @@ _COMMON_KEYS = frozenset({*_SUBSCRIBE_KEYS, "path", "startingoffsets", "starting
                           "readpath", "includeheaders"}) | _STORE_KEYS
 #: Options only ``readStream`` takes (a batch read refuses them).
 STREAM_ONLY_KEYS = frozenset({"maxrecordspertrigger", "maxoffsetspertrigger", "minoffsetspertrigger",
-                              "maxtriggerdelay", "maxbytespertrigger", "groupid"})
+                              "maxtriggerdelay", "maxbytespertrigger", "maxfilespertrigger", "groupid"})
 #: Options only ``read`` takes (a stream refuses them).
 BATCH_ONLY_KEYS = frozenset({"endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp", "asofseq",
                              "versionasof"})
 _SPELLING = {k.lower(): k for k in (
     "maxRecordsPerTrigger", "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
-    "maxBytesPerTrigger", "groupId", "endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp", "asOfSeq",
-    "versionAsOf")}
+    "maxBytesPerTrigger", "maxFilesPerTrigger", "groupId", "endingOffsets", "endingTimestamp",
+    "endingOffsetsByTimestamp", "asOfSeq", "versionAsOf")}
 _SECRET_KEYS = frozenset({"s3.key", "s3.secret", "s3.token"})
 _SECRET_WORDS = ("key", "secret", "token", "password", "credential")
 
@@ -158,6 +162,7 @@ class ReadOptions:
         min_records_per_trigger: stream minimum rows per micro-batch, or None.
         max_trigger_delay_ms: how long a stream waits for ``min_records_per_trigger`` rows.
         max_bytes_per_trigger: approximate stream bytes per micro-batch, or None.
+        max_files_per_trigger: stream segment files per micro-batch, or None.
         group_id: stream consumer group, or None.
         fail_on_data_loss: an offset outside the log fails the read (True, the default) or skips to the log start.
         max_partition_bytes: target bytes of one Spark input partition.
@@ -185,6 +190,7 @@ class ReadOptions:
     min_records_per_trigger: int | None = None
     max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     max_bytes_per_trigger: int | None = None
+    max_files_per_trigger: int | None = None
     group_id: str | None = None
     fail_on_data_loss: bool = True
     max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
@@ -266,6 +272,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None) -> Read
         max_trigger_delay_ms=parse_duration_ms("maxTriggerDelay", lower.get("maxtriggerdelay"),
                                                default=DEFAULT_MAX_TRIGGER_DELAY_MS),
         max_bytes_per_trigger=positive_int("maxBytesPerTrigger", lower.get("maxbytespertrigger")),
+        max_files_per_trigger=positive_int("maxFilesPerTrigger", lower.get("maxfilespertrigger")),
         group_id=parse_group(lower.get("groupid")),
         fail_on_data_loss=parse_bool("failOnDataLoss", lower.get("failondataloss"), default=True),
         include_headers=parse_bool("includeHeaders", lower.get("includeheaders"), default=False),

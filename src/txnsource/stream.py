@@ -47,12 +47,13 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxBytes,
+    ReadMaxFiles,
     ReadMaxRows,
     ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 
-from txnsource.admission import SliceSizes, TriggerDelay, allocate, bytes_grant
+from txnsource.admission import SliceSeqs, SliceSizes, TriggerDelay, allocate, bytes_grant, files_grant
 from txnsource.offsets import Positions, from_json, starting_positions, take_snapshot, to_json
 from txnsource.options import LATEST, ReadOptions, parse_options, resolve_pattern
 
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from coordinator.coordinator import Snapshot, TransactionCoordinator
+    from coordinator.partition import SegmentSlice
     from coordinator.store import Store
     from coordinator.topics import TopicMeta
 
@@ -149,7 +151,8 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - Spark's name
         """The limit the options ask for: ``ReadMaxRows(maxRecordsPerTrigger)``, else
-        ``ReadMaxBytes(maxBytesPerTrigger)``, else ``ReadMinRows(minOffsetsPerTrigger)``, else ``ReadAllAvailable``.
+        ``ReadMaxFiles(maxFilesPerTrigger)``, else ``ReadMaxBytes(maxBytesPerTrigger)``, else
+        ``ReadMinRows(minOffsetsPerTrigger)``, else ``ReadAllAvailable``.
 
         Spark passes one limit (pyspark 4.2 and 4.3 have no composite limit); :meth:`latestOffset` applies every
         option given whenever the engine's limit is not ``ReadAllAvailable``.
@@ -157,6 +160,8 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         o = self.options
         if o.max_records_per_trigger is not None:
             return ReadMaxRows(o.max_records_per_trigger)
+        if o.max_files_per_trigger is not None:
+            return ReadMaxFiles(o.max_files_per_trigger)
         if o.max_bytes_per_trigger is not None:
             return ReadMaxBytes(o.max_bytes_per_trigger)
         if o.min_records_per_trigger is not None:
@@ -228,8 +233,13 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadAllAvailable):
             return lags
         o = self.options
+        grant = lags
+        max_files = limit.max_files if isinstance(limit, ReadMaxFiles) else o.max_files_per_trigger
+        if max_files is not None and any(lags.values()):
+            grant = dict.fromkeys(lags, 0) | files_grant(self._seqs(base, lags, max_files), max_files)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else o.max_records_per_trigger
-        grant = lags if max_rows is None else allocate(lags, max_rows)
+        if max_rows is not None:
+            grant = allocate(grant, max_rows)
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else o.max_bytes_per_trigger
         if max_bytes is not None and any(grant.values()):
             grant = bytes_grant(grant, self._sizes(base, grant), max_bytes)
@@ -240,21 +250,32 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 return dict.fromkeys(lags, 0)
         return grant
 
-    def _sizes(self, base: Positions, grant: dict[tuple[str, int], int]) -> dict[tuple[str, int], SliceSizes]:
-        """(rows, bytes) of the segment slices holding each partition's granted rows, from the partition index."""
+    def _seqs(self, base: Positions, lags: dict[tuple[str, int], int], files: int
+              ) -> dict[tuple[str, int], SliceSeqs]:
+        """(commit seq, rows) of the first ``files`` segment slices of each partition's backlog."""
+        return {tp: [(sl.segment.commit_seq, sl.rows) for sl in slices]
+                for tp, slices in self._slices(base, lags, files).items()}
+
+    def _slices(self, base: Positions, grant: dict[tuple[str, int], int], limit: int | None = None
+                ) -> dict[tuple[str, int], list[SegmentSlice]]:
+        """The segment slices holding each partition's granted rows (the first ``limit`` of them), from the
+        partition index."""
         from coordinator import parallel
 
         coord = self._coordinator()
-        out: dict[tuple[str, int], SliceSizes] = {}
         logs = {tp: coord.partition(*tp) for tp, n in grant.items() if n > 0}
         parallel.pmap(lambda plog: plog.refresh(),
                       [plog for tp, plog in logs.items() if plog.end_offset < base[tp] + grant[tp]])
+        out = {}
         for tp, plog in logs.items():
-            n = grant[tp]
             lo = max(base[tp], plog.start_offset)
-            out[tp] = [(sl.rows, sl.segment.size * sl.rows / sl.segment.rows if sl.segment.rows else 0.0)
-                       for sl in plog.slices(lo, max(lo, base[tp] + n))]
+            out[tp] = plog.slices(lo, max(lo, base[tp] + grant[tp]), limit)
         return out
+
+    def _sizes(self, base: Positions, grant: dict[tuple[str, int], int]) -> dict[tuple[str, int], SliceSizes]:
+        """(rows, bytes) of the segment slices holding each partition's granted rows, from the partition index."""
+        return {tp: [(sl.rows, sl.segment.size * sl.rows / sl.segment.rows if sl.segment.rows else 0.0)
+                     for sl in slices] for tp, slices in self._slices(base, grant).items()}
 
     def reportLatestOffset(self) -> dict[str, Any] | None:  # noqa: N802 - Spark's name
         """The end of the latest snapshot taken (the topics' committed end), for progress reports."""

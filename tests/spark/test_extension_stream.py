@@ -71,6 +71,12 @@ append(lake, "t", 0, 1000)
 got["all"] = drain("all_rows", stream(lake, "t"))
 got["limited"] = drain("limited", stream(lake, "t", maxRecordsPerTrigger="300"))
 got["by_bytes"] = drain("by_bytes", stream(lake, "t", maxBytesPerTrigger="2000"))
+got["by_files"] = drain("by_files", stream(lake, "t", maxFilesPerTrigger="1"))
+from coordinator import TransactionCoordinator, open_store
+_logs = [TransactionCoordinator(open_store(lake)).partition("t", p) for p in (0, 1)]
+for _log in _logs:
+    _log.refresh()
+got["files"] = sum(len(_log.segments) for _log in _logs)
 got["headers"] = drain("headers", stream(lake, "t", includeHeaders="true"))
 got["python"] = drain("python", stream(lake, "t", readPath="python"))
 cast = (spark.readStream.format("txnlog").schema("id int, grp string").option("topic", "t")
@@ -196,6 +202,9 @@ def test_the_jvm_stream_reads_each_row_once_natively_and_leaves_what_it_cannot_r
     assert got["limited"]["batches"] == 4  # 300 + 300 + 300 + 100: the stream reader's admission
     assert got["by_bytes"]["ids"] == everything and got["by_bytes"]["source"] == "txnlog"
     assert got["by_bytes"]["batches"] > 1  # the read limit in bytes crossed to the stream reader and back
+    # a limit in files too: one micro-batch per segment file, each read whole
+    assert got["by_files"]["ids"] == everything and got["by_files"]["source"] == "txnlog"
+    assert got["by_files"]["batches"] == got["files"] > 1
     for name in ("headers", "python", "cast"):
         assert got[name]["ids"] == everything, name
         assert PYTHON_STREAM in got[name]["source"], got[name]["source"]

@@ -1,5 +1,6 @@
 """Streaming reads with the options Spark's Kafka source has: ``subscribePattern``, ``assign``,
 ``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger`` / ``maxTriggerDelay``, ``maxBytesPerTrigger``,
+``maxFilesPerTrigger`` (as Spark's file source and Delta),
 ``maxRecordsPerPartition``, timestamp starts, partial offset maps, offsets beyond the log end, and the lag Spark's
 progress shows. Checked batch by batch with ``foreachBatch``; test data is written with the core Python client."""
 
@@ -16,7 +17,7 @@ from pyspark.errors import AnalysisException, StreamingQueryException
 from read_helpers import SCHEMA, produce, rows
 
 from coordinator import TransactionCoordinator, create_topic, open_store
-from txnsource.admission import TriggerDelay, bytes_grant, rows_within
+from txnsource.admission import TriggerDelay, bytes_grant, files_grant, rows_within
 
 pytestmark = pytest.mark.spark
 
@@ -95,6 +96,43 @@ def test_max_offsets_per_trigger_is_a_synonym(spark: Any, orders: str, tmp_path:
     with pytest.raises(AnalysisException, match=r"'minOffsetsPerTrigger' = 9 is above the per-trigger maximum 5"):
         spark.readStream.format("txnlog").option("topic", "orders").option("maxOffsetsPerTrigger", "5") \
             .option("minOffsetsPerTrigger", "9").load(orders)
+
+
+def test_max_files_per_trigger_reads_whole_files_oldest_commit_first(spark: Any, orders: str,
+                                                                    tmp_path: Path) -> None:
+    # p0: three one-file commits of 4 rows, then p1: one file of 7 rows, committed last
+    two = Run(spark, orders, tmp_path / "two", topic="orders", startingOffsets="earliest", maxFilesPerTrigger="2")
+    assert two.ids == ALL_IDS
+    assert two.sizes == [8, 11]
+    assert [sorted({r[1] for r in two.batches[b]}) for b in sorted(two.batches)] == [[0], [0, 1]]
+    # a file an earlier batch (here: the start offset) read in part counts as one file: its rest is read alone
+    rest = Run(spark, orders, tmp_path / "rest", topic="orders", startingOffsets='{"orders": {"0": 2, "1": 0}}',
+               maxFilesPerTrigger="1")
+    assert rest.sizes == [2, 4, 4, 7]
+    assert rest.ids == ALL_IDS[2:]
+    # with a row limit too, both hold: no batch goes past a file end or over 3 rows
+    both = Run(spark, orders, tmp_path / "both", topic="orders", startingOffsets="earliest", maxFilesPerTrigger="1",
+               maxRecordsPerTrigger="3")
+    assert both.sizes == [3, 1, 3, 1, 3, 1, 3, 3, 1]
+    assert both.ids == ALL_IDS
+    with pytest.raises(AnalysisException, match=r"'maxFilesPerTrigger' .*positive"):
+        spark.readStream.format("txnlog").option("topic", "orders").option("maxFilesPerTrigger", "0").load(orders)
+
+
+def test_files_grant_takes_whole_files_in_commit_order_as_prefixes() -> None:
+    a, b = ("t", 0), ("t", 1)
+    # one commit (seq 5) wrote a file to each partition: they are taken in turn, then the later commits
+    slices = {a: [(5, 10), (7, 3), (9, 4)], b: [(5, 20), (6, 1)]}
+    assert files_grant(slices, 1) == {a: 10, b: 0}
+    assert files_grant(slices, 2) == {a: 10, b: 20}
+    assert files_grant(slices, 3) == {a: 10, b: 21}
+    assert files_grant(slices, 4) == {a: 13, b: 21}
+    assert files_grant(slices, 99) == {a: 17, b: 21}
+    # at least one file, however small the limit; nothing to take, nothing taken
+    assert files_grant(slices, 0) == {a: 10, b: 0}
+    assert files_grant({a: [], b: []}, 3) == {a: 0, b: 0}
+    # a partition's files are a prefix even where an index says a later file is older (a compacted segment)
+    assert files_grant({a: [(9, 1), (2, 1)], b: [(5, 1)]}, 2) == {a: 1, b: 1}
 
 
 def test_progress_shows_the_latest_offset_so_lag_is_visible(spark: Any, orders: str, tmp_path: Path) -> None:
