@@ -303,13 +303,13 @@ def _native(df: DataFrame, path: str, options: Mapping[str, str], mode: str, pla
         if mode == "auto":
             raise NativeUnavailable(KEYED_REASON if classic else CONNECT_KEYED_REASON)
         frame = frame.withColumn(PARTITION_COLUMN, partition_udf(meta, key)(*[frame[f"`{k}`"] for k in key]))
-    place = placement if placement is not None else Placement(plan.rotation, 1, meta.partitions)
+    place = placement if placement is not None else Placement(plan.rotation)
     stride = place.stride(meta.partitions)
     spread = place.rotation if not key and meta.partitions > 1 else None
     if spread is not None and not classic:
         frame = frame.withColumn(PARTITION_COLUMN, spread_column(spread, meta.partitions, place.run, stride))
     foldered = bool(key) or spread is not None  # one folder per topic partition
-    if foldered and placement is None:
+    if foldered and not place.merged:
         frame = fewer_tasks(frame, plan.options.keyed_task_bytes)
     tag = uuid.uuid4().hex[:16]
     out = output_folder(tag)

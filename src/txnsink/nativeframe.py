@@ -34,17 +34,27 @@ class NativeUnavailable(Exception):  # noqa: N818 - a reason, not an error the c
 
 @dataclass(frozen=True)
 class Placement:
-    """Where an unkeyed write's tasks put their rows, given by a caller that has already merged them into
-    ``tasks`` tasks (a micro-batch: one per core at most): task ``i`` starts at partition ``(rotation + i * stride)
-    % partitions``, ``stride`` being ``partitions // tasks`` (at least 1: the tasks start as far apart as the
-    partitions allow), and puts ``run`` consecutive rows into a partition before it moves to the next."""
+    """Where an unkeyed write's tasks put their rows: task ``i`` starts at partition ``(rotation + i * stride) %
+    partitions`` and puts ``run`` consecutive rows into a partition before it moves to the next.
+
+    ``tasks``: the number of tasks the caller has already merged the rows into (a micro-batch: one per core at
+    most); the tasks then start as far apart as the partitions allow (``stride`` = ``partitions // tasks``, at
+    least 1), and the write merges nothing more. None (a batch append): the write merges its tasks by their input's
+    size itself (:func:`fewer_tasks`), and they start one partition apart, dealing their rows one by one.
+    """
 
     rotation: int
-    run: int
-    tasks: int
+    run: int = 1
+    tasks: int | None = None
+
+    @property
+    def merged(self) -> bool:
+        """Whether the caller has merged the tasks (the write must not merge them again)."""
+        return self.tasks is not None
 
     def stride(self, partitions: int) -> int:
-        return max(1, partitions // max(1, self.tasks))
+        """How many partitions apart the tasks start."""
+        return 1 if self.tasks is None else max(1, partitions // max(1, self.tasks))
 
 
 def conformed(df: DataFrame, plan: WritePlan, meta: TopicMeta) -> DataFrame:
