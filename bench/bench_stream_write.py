@@ -1,9 +1,10 @@
 """Streaming write benchmark, side by side in one run on the same rows and the same local SparkSession:
 
 1. ``txnlog -> txnlog``: a streaming query over a backlog of ``--rows`` records of a txnlog topic
-   (``Trigger.AvailableNow``; ``--limit files``, the default: ``maxFilesPerTrigger`` = one file per core, as the
-   Parquet side, so each micro-batch reads whole files; ``--limit rows``: ``maxRecordsPerTrigger`` = rows /
-   ``--batches``, so micro-batches end inside files) into another topic, by default in a
+   (``Trigger.AvailableNow``; ``--limit files``, the default: ``maxFilesPerTrigger`` = the topic's segment files /
+   ``--batches``, as the Parquet side's limit, so each micro-batch reads whole files; ``--limit rows``:
+   ``maxRecordsPerTrigger`` = rows / ``--batches``, so micro-batches end inside files) into another topic, by
+   default in a
    session with txnlog's session extension and no call (the source is the JVM stream, which starts no Python
    process, and the extension writes the micro-batches natively); ``--session plain``: a session without it, with
    ``txnsource.enable_native`` and ``txnsink.enable_native`` (the Python stream), against ``parquet -> parquet``:
@@ -60,6 +61,17 @@ def run_query(start: Callable[[], Any], key: str = "") -> tuple[float, float, in
     return wall, batch_ms, len(done), sum(p["numInputRows"] for p in done)
 
 
+def segment_files(lake: str, topic: str, partitions: int) -> int:
+    """How many segment files ``topic`` of the store at ``lake`` holds."""
+    from coordinator import TransactionCoordinator, open_store
+
+    coord = TransactionCoordinator(open_store(lake))
+    logs = [coord.partition(topic, p) for p in range(partitions)]
+    for plog in logs:
+        plog.refresh()
+    return sum(len(plog.segments) for plog in logs)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=4_000_000)
@@ -72,7 +84,7 @@ def main() -> None:
     ap.add_argument("--session", choices=("extension", "plain"), default="extension",
                     help="txnlog's session extension and no call, or a session with both enable_native calls")
     ap.add_argument("--limit", choices=("files", "rows"), default="files",
-                    help="the txnlog source's limit: maxFilesPerTrigger (one file per core, as the Parquet side) or "
+                    help="the txnlog source's limit: maxFilesPerTrigger (its files / batches, as the Parquet side) or "
                          "maxRecordsPerTrigger (rows / batches)")
     ap.add_argument("--phases", action="store_true",
                     help="also print the median ms of each phase of a micro-batch (Spark's durationMs)")
@@ -100,13 +112,14 @@ def main() -> None:
         def files() -> Any:
             return spark.readStream.schema(schema).option("maxFilesPerTrigger", args.cores).parquet(src)
 
-        limit = ("maxFilesPerTrigger", str(args.cores)) if args.limit == "files" else \
+        src_files = segment_files(lake, "src", args.partitions)
+        limit = ("maxFilesPerTrigger", str(-(-src_files // args.batches))) if args.limit == "files" else \
             ("maxRecordsPerTrigger", str(per_batch))
 
         def backlog() -> Any:
             return (spark.readStream.format("txnlog").option("topic", "src").option("startingOffsets", "earliest")
                     .option(*limit).load(lake)
-                    .drop("_topic", "_partition", "_offset", "_timestamp", "_producer_ts"))
+                    .drop("_topic", "_partition", "_offset", "_timestamp", "_producerTimestamp"))
 
         def t2t(run: int) -> Any:
             return (backlog().writeStream.format("txnlog").option("topic", f"t2t{run}")
