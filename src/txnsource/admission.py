@@ -43,11 +43,11 @@ def files_grant(slices: Mapping[tuple[str, int], SliceSeqs], max_files: int) -> 
     for _ in range(max(1, max_files)):
         if not heads:
             break
-        _seq, i, tp = heapq.heappop(heads)
+        seq, i, tp = heapq.heappop(heads)
         out[tp] += slices[tp][i][1]
         if i + 1 < len(slices[tp]):
             # a later file of a partition is never older than an earlier one (offsets follow commit order)
-            heapq.heappush(heads, (max(slices[tp][i + 1][0], _seq), i + 1, tp))
+            heapq.heappush(heads, (max(slices[tp][i + 1][0], seq), i + 1, tp))
     return out
 
 

@@ -236,7 +236,7 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         grant = lags
         max_files = limit.max_files if isinstance(limit, ReadMaxFiles) else o.max_files_per_trigger
         if max_files is not None and any(lags.values()):
-            grant = dict.fromkeys(lags, 0) | files_grant(self._seqs(base, lags, max_files), max_files)
+            grant = files_grant(self._seqs(base, lags, max_files), max_files)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else o.max_records_per_trigger
         if max_rows is not None:
             grant = allocate(grant, max_rows)
@@ -252,9 +252,10 @@ class TxnLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _seqs(self, base: Positions, lags: dict[tuple[str, int], int], files: int
               ) -> dict[tuple[str, int], SliceSeqs]:
-        """(commit seq, rows) of the first ``files`` segment slices of each partition's backlog."""
-        return {tp: [(sl.segment.commit_seq, sl.rows) for sl in slices]
-                for tp, slices in self._slices(base, lags, files).items()}
+        """(commit seq, rows) of the first ``files`` segment slices of each partition's backlog (none for a
+        partition without backlog)."""
+        slices = self._slices(base, lags, files)
+        return {tp: [(sl.segment.commit_seq, sl.rows) for sl in slices.get(tp, ())] for tp in lags}
 
     def _slices(self, base: Positions, grant: dict[tuple[str, int], int], limit: int | None = None
                 ) -> dict[tuple[str, int], list[SegmentSlice]]:
