@@ -1,7 +1,8 @@
 """Scale benchmark (issue "commits that do not queue behind one chain"): on a store that adds S3-like latency per
 request (``latency_store.LatencyStore`` over a real backend), side by side in one run:
 
-1. store-wide commits/s with N producers, each writing its own partition (threads in one process, or processes);
+1. store-wide commits/s with N producers, each writing its own partition (threads in one process, each with a
+   coordinator of its own or all sharing one; or processes);
 2. commit latency of a transaction touching 64 partitions against one touching 1;
 3. requests a Spark micro-batch commit makes in a fresh process (the stream sink's ``streamWriter()`` + ``commit``);
 4. requests a long-lived consumer's poll makes after 1,000 new commits elsewhere;
@@ -82,8 +83,9 @@ def lat(raw: Store) -> LatencyStore:
 # -- 1. throughput ---------------------------------------------------------------------------------------------------
 
 
-def _produce(store: Store, i: int, start: float, seconds: float) -> tuple[int, int, list[float]]:
-    p = Producer(store, f"p{i}")
+def _produce(store: Store, i: int, start: float, seconds: float,
+             coord: TransactionCoordinator | None = None) -> tuple[int, int, list[float]]:
+    p = Producer(store, f"p{i}", coordinator=coord)
     p.init_transactions()
     with p.transaction():  # warm up: imports, encoders, the log's view
         p.send("t", [{"v": i}], partition=i)
@@ -120,7 +122,10 @@ def _produce_ready(p: Producer, i: int, start: float, seconds: float) -> tuple[i
     return done, fails, lat_s
 
 
-def throughput(kind: str, n: int, seconds: float, processes: bool) -> dict[str, float]:
+def throughput(kind: str, n: int, seconds: float, processes: bool, shared: bool = False) -> dict[str, Any]:
+    """Measure 1. ``processes``: one OS process per producer; else threads of this process, each producer with a
+    coordinator (and log view) of its own, or with ``shared`` one coordinator for all (as its docstring advises for
+    the producers of one process): their commits then share entries."""
     with backend(kind) as fresh:
         create_topic(fresh(), "t", SCHEMA, n)
         results: list[tuple[int, int, list[float]]] = []
@@ -142,9 +147,10 @@ def throughput(kind: str, n: int, seconds: float, processes: bool) -> dict[str, 
         else:
             start = time.time() + 2.0 + 0.05 * n
             lock = threading.Lock()
+            common = TransactionCoordinator(lat(fresh())) if shared else None
 
             def run(i: int) -> None:
-                got = _produce(lat(fresh()), i, start, seconds)
+                got = _produce(common.store if common else lat(fresh()), i, start, seconds, common)
                 with lock:
                     results.append(got)
 
@@ -156,7 +162,8 @@ def throughput(kind: str, n: int, seconds: float, processes: bool) -> dict[str, 
         done = sum(r[0] for r in results)
         lats = sorted(x for r in results for x in r[2])
         entries = len(fresh().list("_txn/log"))
-        return {"producers": n, "commits_per_s": done / seconds, "failures": sum(r[1] for r in results),
+        how = "processes" if processes else "threads, one coordinator" if shared else "threads, a coordinator each"
+        return {"producers": n, "as": how, "commits_per_s": done / seconds, "failures": sum(r[1] for r in results),
                 "p50_ms": 1000 * lats[len(lats) // 2] if lats else 0.0,
                 "p95_ms": 1000 * lats[int(len(lats) * 0.95)] if lats else 0.0, "entries": entries}
 
@@ -396,8 +403,11 @@ def main(argv: list[str] | None = None) -> int:
         kind = "local"
     print(f"backend {kind} + latency (ms) {LatencyStore(MemoryStore('memory://x')).latency_ms}")
     if "1" in only:
+        runs = [(int(n), False) for n in args.producers.split(",")]
+        if not args.processes:
+            runs += [(int(n), True) for n in args.producers.split(",") if int(n) > 1]
         table("1. store-wide commits/s, producers on their own partitions",
-              [throughput(kind, int(n), args.seconds, args.processes) for n in args.producers.split(",")])
+              [throughput(kind, n, args.seconds, args.processes, shared) for n, shared in runs])
     if "2" in only:
         one, wide = wide_commit(kind, 1), wide_commit(kind, 64)
         table("2. commit latency by partitions touched", [one, wide])

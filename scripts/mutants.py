@@ -247,6 +247,13 @@ MUTANTS: tuple[Mutant, ...] = (
          "[expired, then a new pid]",),
         "G7: a commit decided before its id expired and was initialised again (new pid) is answered fenced"),
     Mutant(
+        "refresh-shares-an-older-read", "coordinator/txnlog.py",
+        "and not self._unproven and self._refreshed > asked:",
+        "and not self._unproven and self._refreshed > asked - 1.0:",
+        ("tests/test_serving.py::test_a_refresh_shares_another_threads_read_only_when_that_read_began_after_it"
+         "[memory]",),
+        "G5: a refresh right after another returns the older view, missing a commit acknowledged before it began"),
+    Mutant(
         "refresh-returns-unproven-view", "coordinator/txnlog.py",
         "if nxt is None and not self._unproven and time.monotonic() - self._refreshed < RECENT_S:",
         "if nxt is None and time.monotonic() - self._refreshed < RECENT_S:",
@@ -261,8 +268,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "G7: a retry whose refresh fails says StoreError (not decided) for a request an earlier try may have decided"),
     Mutant(
         "serving-thread-hands-to-itself", "coordinator/serving.py",
-        "if not self._serving or self._serving_thread == threading.get_ident():",
-        "if not self._serving:",
+        "if self._serving_thread == threading.get_ident() or not (self._serving or self._deciding):",
+        "if not (self._serving or self._deciding):",
         ("tests/test_serving.py::test_the_serving_thread_never_hands_a_request_to_itself[memory]",),
         "liveness: a request submitted on the serving thread waits for that thread (itself) until the budget ends"),
     Mutant(

@@ -20,8 +20,8 @@ from coordinator import (
     StoreError,
     TransactionCoordinator,
     faults,
-    groupcommit,
     parallel,
+    serving,
     stage_segment,
 )
 from coordinator.decisions import commit_request, request_bytes
@@ -69,7 +69,7 @@ def _intent_waiting(backend: Backend, n: int = 0) -> str:
 @pytest.fixture
 def serving_long(monkeypatch: pytest.MonkeyPatch) -> None:
     """Serving goes on while the queue is empty (until SERVE_S), so a test's next commit finds it serving."""
-    monkeypatch.setattr(groupcommit, "SERVE_EMPTY_LOOKS", 1_000_000)
+    monkeypatch.setattr(serving, "SERVE_EMPTY_LOOKS", 1_000_000)
 
 
 @pytest.mark.usefixtures("serving_long")
@@ -237,3 +237,68 @@ def test_the_serving_thread_never_hands_a_request_to_itself(backend: Backend) ->
     assert parallel.drain(30)
     assert handed == [None]
     assert committed_ids(backend) == [1, 2, 1000]
+
+
+class SlowEntries(ByThread):
+    """:class:`ByThread` whose log entries take ``delay_s`` to create, as on an object store: a try holding the log's
+    lock lasts long enough for other threads of the process to ask for the log meanwhile."""
+
+    def __init__(self, inner: Store, delay_s: float = 0.02) -> None:
+        super().__init__(inner)
+        self.delay_s = delay_s
+
+    def lose(self, path: str) -> str | None:
+        if path.startswith(TXN_LOG + "/"):
+            time.sleep(self.delay_s)
+        return super().lose(path)
+
+
+def test_threads_of_one_process_share_entries_instead_of_taking_the_log_lock_in_turn(backend: Backend) -> None:
+    """Producers on threads of one process that share a coordinator (one log view, as its docstring advises) join
+    one entry per round: a request made while another thread decides one itself is handed to a serving thread.
+    Before, each thread took the log's lock for a whole try in turn, so every commit cost an entry of its own and
+    16 threads committed at a 16th of the pace. Nothing is lost or doubled, and no request needs an intent (there
+    is no other process to race)."""
+    threads, commits = 16, 3
+    make_topic(backend.open(), partitions=threads)
+    store = SlowEntries(backend.open())
+    coord = TransactionCoordinator(store)
+    errors: list[BaseException] = []
+    go = threading.Barrier(threads)
+
+    def run(i: int) -> None:
+        try:
+            p = Producer(store, f"w{i}", coordinator=coord)
+            p.init_transactions()
+            go.wait()
+            for k in range(commits):
+                with p.transaction():
+                    p.send("t", rows([1000 * i + k], f"w{i}"), partition=i)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join(120)
+    assert parallel.drain(30)
+    assert errors == []
+    assert committed_ids(backend) == sorted(1000 * i + k for i in range(threads) for k in range(commits))
+    commit_entries = len(store.entries_by) - threads  # one init entry per producer at most
+    assert commit_entries <= threads * commits // 3, f"{commit_entries} entries for {threads * commits} commits"
+    assert "txnlog-serve" in store.entries_by
+    assert store.intents == []
+
+
+def test_a_refresh_shares_another_threads_read_only_when_that_read_began_after_it(backend: Backend) -> None:
+    """Threads waiting for the log's lock share one read of the log, but only a read that began after the call:
+    a refresh still sees every commit acknowledged before it began, even right after a refresh of its own."""
+    make_topic(backend.open())
+    mine = TransactionCoordinator(backend.open())
+    mine.log.refresh()
+    other = Producer(backend.open(), "other")
+    other.init_transactions()
+    with other.transaction():
+        other.send("t", rows([1], "o"), partition=0)
+    assert "other" in mine.log.refresh().producers

@@ -4,7 +4,7 @@
   intent, and creates it; a writer that loses the race publishes its request as an intent, backs off with jitter and
   usually finds it decided by the winner. The entry's creation is the commit point of everything in it.
 * **Serving the queue**: a writer that wins an entry while others wait keeps appending entries for the intents
-  still waiting, for a while (:meth:`GroupCommit._serve`).
+  still waiting, for a while (:meth:`~coordinator.serving.Serving._serve`).
 
 A mixin of :class:`~coordinator.txnlog.TransactionLog`, which holds the state it uses (declared below for type
 checking only).
@@ -49,7 +49,7 @@ from coordinator.layout import (
 )
 from coordinator.probe import probe_conditional_writes
 from coordinator.records import FORMAT_VERSION, Item, LogEntry, decode_json, encode_json, item_partitions
-from coordinator.serving import HandedOver, Serving
+from coordinator.serving import POLL_S, Serving
 from coordinator.state import CoordinatorState
 from coordinator.store import Store
 
@@ -61,21 +61,13 @@ MAX_INTENTS_PER_ENTRY = 256
 SUBMIT_BUDGET_S = 120.0
 #: A first attempt right after reading the log (opening it, say) does not read it again.
 JUST_READ_S = 0.2
-#: How often a request waiting as an intent looks at the log.
-POLL_S = 0.02
 #: A waiting request tries to append itself only after the log stood still for this many looks (longer than one
 #: round of the writer serving the queue: list, read intents, write).
 IDLE_POLLS = 4
+#: A request handed back undecided (the serving thread stopped first) is handed over again at most this often.
+HAND_OVERS = 8
 #: Requests whose first intent seq this process remembers for their retries (the oldest forgotten first).
 _WAITED_KEPT = 10_000
-#: After winning an entry, a writer keeps appending entries for intents still waiting for at most this long (its
-#: own caller waits meanwhile; every hand-over to another writer costs the log a few idle looks).
-SERVE_S = 3.0
-#: A writer serving the queue stops after this many looks in a row that find no intent waiting.
-SERVE_EMPTY_LOOKS = 4
-#: A writer serving the queue stops after losing this many races in a row (another writer serves it).
-SERVE_LOSSES = 2
-
 
 def _now_ms(store: Store) -> int:
     """The store's time (:func:`coordinator.clock.store_now_ms`: no request once this process has read the store's
@@ -153,8 +145,8 @@ class GroupCommit(Serving):
         requests to make (a producer staging its last segment): the first try of the next :meth:`submit` within
         :data:`JUST_READ_S` uses this listing instead of making its own. Only a matter of time: a listing made
         earlier misses only intents written since, which the next entry decides."""
-        if not self.group_commit:
-            return
+        if not self.group_commit or self._serving or self._deciding:
+            return  # (read without the lock: a cost choice) the request will be handed to the serving thread
         with self._lock:
             if self._intents_ahead is None:
                 self._intents_ahead = (time.monotonic(), parallel.start(lambda: self.store.list(TXN_INTENTS)))
@@ -203,6 +195,25 @@ class GroupCommit(Serving):
             probe_conditional_writes(self.store)
             self._probed = True
         intentable = self.group_commit and req.kind in INTENT_KINDS
+        counted = False
+        handovers = 0
+        while intentable and req.id not in self._waited and not counted and handovers < HAND_OVERS:
+            # a first try while this process serves the queue, or while another of its threads decides a request
+            # itself: the serving thread's next round decides it (one that stops first hands it back, and the next
+            # serving thread may take it)
+            result, counted = self._handed_over(req)
+            if result is not None:
+                return result
+            handovers += 1
+        if not counted:
+            self._deciding_myself(1)
+        try:
+            return self._decide_myself(req, intentable)
+        finally:
+            self._deciding_myself(-1)
+
+    def _decide_myself(self, req: Request, intentable: bool) -> Outcome:
+        """:meth:`submit` after the hand-over: tries, the intent, and the wait (same contract)."""
         # an earlier try of this same request got as far as it may be decided (a retry after an unknown outcome)
         tried = req.id in self._waited
         wrote_intent = False
@@ -213,11 +224,6 @@ class GroupCommit(Serving):
         last_seq, idle = -2, 0
         # waiters that saw the log stand still at the same moment do not all take over at once
         patience = IDLE_POLLS + random.randint(0, IDLE_POLLS)
-        if intentable and req.id not in self._waited:
-            # a first try while this process serves the queue: the serving thread's next round decides it
-            result = self._handed_over(req)
-            if result is not None:
-                return result
         while True:
             try:
                 if wrote_intent and idle < patience:
@@ -307,9 +313,10 @@ class GroupCommit(Serving):
             else:
                 time.sleep(random.uniform(0, min(0.2, 0.002 * 2 ** min(attempt, 10))))
 
-    def _handed_over(self, req: Request) -> Outcome | None:
-        """Have this process's serving thread decide ``req`` (see :mod:`coordinator.serving`); None when no thread
-        serves, or it stopped before deciding ``req`` (the caller then tries itself).
+    def _handed_over(self, req: Request) -> tuple[Outcome | None, bool]:
+        """Have this process's serving thread decide ``req`` (see :mod:`coordinator.serving`). Returns its outcome,
+        or None when no thread serves, or it stopped before deciding ``req`` (the caller then tries itself); and
+        whether the caller is already counted as deciding itself (see :meth:`Serving._hand_over`).
 
         Raises:
             CommitStateUnknownError: the entry that may decide ``req`` was created but could not be proven, and the
@@ -318,7 +325,7 @@ class GroupCommit(Serving):
         """
         handed = self._hand_over(req)
         if handed is None:
-            return None
+            return None, True
         if not handed.done.wait(SUBMIT_BUDGET_S):
             raise CommitStateUnknownError(f"request {req.id} was handed to this process's serving thread, which did "
                                           f"not answer within {SUBMIT_BUDGET_S:.0f} s; it may still decide it")
@@ -330,15 +337,10 @@ class GroupCommit(Serving):
                 raise CommitStateUnknownError(
                     f"the entry that may decide request {req.id} could not be proven the log's, and the log cannot "
                     f"be read: {handed.error}") from handed.error
-            return result
+            return result, False
         if handed.outcome is not None:
             self._waited.pop(req.id, None)
-        return handed.outcome
-
-    def _served(self, seq: int) -> bool:
-        """Whether entry ``seq`` (read) decided several requests: its writer is serving the queue."""
-        entry = self._recent.get(seq)
-        return entry is not None and len({i.request for i in entry.items}) > 1
+        return handed.outcome, False
 
     def _learn(self, req: Request) -> tuple[bool, Outcome | None]:
         """After an ambiguous write: read the log (a few tries). Returns (whether the log could be read, the
@@ -397,83 +399,6 @@ class GroupCommit(Serving):
                 return (entry, decided), Outcome("unknown", reason=f"request {req.id} was decided out of view"), False
             return (entry, decided), outcome_of_item(mine, entry.seq), False
 
-    def _serve(self, pending: list[Callable[[], None]]) -> None:
-        """After winning an entry, keep appending entries for the intents still waiting, while this process keeps
-        winning (for up to :data:`SERVE_S`): the writer that already holds the newest state is the fastest one to
-        build the next entry, so the log advances at the pace of one conditional write per entry. The listing of
-        intents for the next round runs while the entry of this round is being created, and partition records of
-        the served entries are written in the background; ``pending`` (derived work already started) and those
-        records are waited for before returning."""
-        until = time.monotonic() + SERVE_S
-        empty = lost = 0
-        with self._lock:
-            listing = self._prefetch()
-        try:
-            while time.monotonic() < until:
-                try:
-                    names, fetched = listing()
-                    with self._lock:
-                        self._intents.update(fetched)
-                        if lost:
-                            # the entry that won the race: listed, not asked for by name, so a view that fell far
-                            # behind while serving jumps to the newest checkpoint at once
-                            started = time.monotonic()
-                            self._list_forward(checked=True)
-                            self._refreshed = started
-                            if self._served(self.state.seq):
-                                return  # another writer serves the queue now: two would only race each other
-                        others = self._waiting(names, "")
-                        handed = self._take_handed()
-                        try:
-                            # committers decided by the last entry come back with their next commit soon: a queue
-                            # that is empty for a moment is looked at a few more times before serving stops
-                            empty = 0 if others or handed else empty + 1
-                            if empty > SERVE_EMPTY_LOOKS:
-                                return
-                            # An intent listed now but decided by the entry created below is filtered out next
-                            # round (it is decided in the state by then); one written later is in the next listing.
-                            listing = self._prefetch()
-                            if handed:
-                                self._waited.update((h.req.id, self.state.seq) for h in handed)
-                            won = self._append([h.req for h in handed] + others) if others or handed else None
-                        except BaseException as exc:
-                            for h in handed:  # they learn from the log whether the entry decided them
-                                h.answer(error=exc)
-                            raise
-                    if not (others or handed):
-                        time.sleep(POLL_S)
-                        continue
-                except TxnLogError as exc:
-                    log.debug("stopped appending for waiting intents: %s", exc)
-                    return
-                if won is None:
-                    self._give_back(handed)
-                    # One lost race is usually a committer's direct first try, which serves nobody: keep serving.
-                    # Losing twice in a row means another writer is serving the queue now.
-                    lost += 1
-                    if lost >= SERVE_LOSSES:
-                        return
-                    continue
-                lost = 0
-                entry, decided = won
-                pending.append(parallel.background(functools.partial(self._records_then_answer, entry, handed)))
-                if decided:
-                    parallel.background(functools.partial(self._delete_quietly, [intent_path(r) for r in decided]))
-                if self._checkpoint_due(entry.seq):
-                    self._join(pending)
-                    self._checkpoint_quietly(entry.seq)
-        finally:
-            self._finish_listing(listing)
-            self._join(pending)
-
-    def _records_then_answer(self, entry: LogEntry, handed: list[HandedOver]) -> None:
-        """Write the records of ``entry`` (a served round's), then answer the requests handed over that it decided
-        (their callers check the records again if this failed)."""
-        try:
-            self._write_records(entry)
-        finally:
-            self._answer_from(entry, handed)
-
     def _prefetch(self) -> Callable[[], tuple[list[str], dict[str, Request]]]:
         """Start listing ``_txn/intents/`` and reading the intents in it that are new to this process (caller
         holds the lock), in the background, so a serving writer has the next round's intents in hand when the entry
@@ -487,21 +412,6 @@ class GroupCommit(Serving):
             return names, {rid: r for rid, r in parallel.pmap(self._fetch_intent, new) if r is not None}
 
         return parallel.background(run)
-
-    @staticmethod
-    def _finish_listing(listing: Callable[[], object]) -> None:
-        """Wait for a listing started ahead that is no longer needed (no request is left running behind)."""
-        try:
-            listing()
-        except TxnLogError:
-            pass
-
-    def _join(self, pending: list[Callable[[], None]]) -> None:
-        while pending:
-            try:
-                pending.pop(0)()
-            except (TxnLogError, OSError) as exc:
-                log.warning("writing partition records: %s (derived data only; readers compute it)", exc)
 
     def _append(self, reqs: list[Request]) -> tuple[LogEntry, list[str]] | None:
         """Create the next entry deciding ``reqs`` (caller holds the lock, state current), and prove it the log's

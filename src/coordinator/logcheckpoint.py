@@ -74,6 +74,7 @@ class LogCheckpoints:
         _loaded_at: float
         _record_seq: dict[tuple[str, int, int], int]
         _written: set[int]
+        _written_lock: threading.Lock
         _records_found: set[str]
         _records_lock: threading.Lock
 
@@ -138,7 +139,7 @@ class LogCheckpoints:
 
     def _write_records(self, entry: LogEntry) -> None:
         write_records(self.store, entry)
-        with self._lock:
+        with self._written_lock:  # not the log's lock, which a writer holds across a whole try
             self._written.add(entry.seq)
 
     def _records_ahead(self, request: str) -> Callable[[list[LogEntry]], list[Callable[[], object]]]:
@@ -178,7 +179,9 @@ class LogCheckpoints:
                 commit is decided; committing again finishes the records and answers).
         """
         parts = {(p.topic, p.partition) for p in item.parts if p.rows}
-        with self._lock:
+        # not under the log's lock, which a writer holds across a whole try: a checkpoint seq read stale only
+        # makes this look for records it need not
+        with self._written_lock:
             if not parts or seq in self._written or seq <= self.checkpoint_seq:
                 return
         last: BaseException | None = None
@@ -262,7 +265,8 @@ class LogCheckpoints:
         with self._lock:
             self.checkpoint_seq = max(self.checkpoint_seq, st.seq)
             self._record_seq = {k: s for k, s in self._record_seq.items() if s > st.seq}
-            self._written = {q for q in self._written if q > st.seq}
+            with self._written_lock:
+                self._written = {q for q in self._written if q > st.seq}
         span = self.checkpoint_interval * TRUNCATE_EVERY
         if self.checkpoint_interval and (st.seq + 1) // span > (known + 1) // span:
             self.truncate()

@@ -97,8 +97,9 @@ def hash_partition(table: pa.Table, columns: Sequence[str], partitions: int) -> 
 
 
 class Producer:
-    """A transactional producer bound to one transactional id. Not thread-safe; use one per thread. A context
-    manager: leaving a ``with`` block closes it."""
+    """A transactional producer bound to one transactional id. Not thread-safe; use one per thread, and give the
+    producers of one process one :class:`TransactionCoordinator` (``coordinator=``): their commits then share log
+    entries (see ``docs/client.md``). A context manager: leaving a ``with`` block closes it."""
 
     def __init__(
         self,

@@ -9,25 +9,47 @@ is answered with its decision (its entry proven the log's, its records written, 
 when serving stops before deciding it (the caller then tries itself, as it would have), or given the error of an
 entry whose outcome is unknown (the caller then learns its outcome from the log).
 
+Threads of one process share entries the same way. A request made while another thread of the process is deciding
+one itself (its lock held for a whole try: a read, a conditional write and its proof) starts the serving thread if
+none serves, and is handed to it: the requests of a process's threads then go into one entry per round instead of
+taking the log's lock in turn, one entry each.
+
 Nothing here decides anything differently: the thread builds entries exactly as the caller would have, under the
 same lock, and a request is decided only by an entry the log proves.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
+import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from coordinator import faults, parallel
 from coordinator.decisions import Outcome, Request, outcome_of_item
+from coordinator.errors import TxnLogError
+from coordinator.layout import intent_path
 from coordinator.records import LogEntry
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from coordinator.state import CoordinatorState
+
 log = logging.getLogger("coordinator.txnlog")
+
+#: How often a request waiting as an intent looks at the log, and a serving writer at an empty queue.
+POLL_S = 0.02
+#: After winning an entry, a writer keeps appending entries for intents still waiting for at most this long (its
+#: own caller waits meanwhile; every hand-over to another writer costs the log a few idle looks).
+SERVE_S = 3.0
+#: A writer serving the queue stops after this many looks in a row that find no intent waiting.
+SERVE_EMPTY_LOOKS = 4
+#: A writer serving the queue stops after losing this many races in a row (another writer serves it).
+SERVE_LOSSES = 2
 
 
 @dataclass
@@ -50,20 +72,41 @@ class Serving:
 
     if TYPE_CHECKING:
         _lock: threading.RLock
+        state: CoordinatorState
+        _recent: OrderedDict[int, LogEntry]
+        _intents: dict[str, Request]
+        _waited: OrderedDict[str, int]
+        _refreshed: float
 
-        def _serve(self, pending: list[Callable[[], None]]) -> None: ...
         def _outcome(self, req: Request, *, since: int | None = None) -> Outcome | None: ...
+        def _catch_up(self) -> None: ...
+        def _list_forward(self, *, checked: bool) -> None: ...
+        def _prefetch(self) -> Callable[[], tuple[list[str], dict[str, Request]]]: ...
+        def _waiting(self, names: list[str], own: str) -> list[Request]: ...
+        def _append(self, reqs: list[Request]) -> tuple[LogEntry, list[str]] | None: ...
+        def _write_records(self, entry: LogEntry) -> None: ...
+        def _delete_quietly(self, paths: list[str]) -> None: ...
+        def _checkpoint_due(self, seq: int) -> bool: ...
+        def _checkpoint_quietly(self, seq: int) -> None: ...
 
     _serving_lock: threading.Lock
     _serving: bool
     _serving_thread: int | None
     _handed: list[HandedOver]
+    _deciding: int
 
     def _init_serving(self) -> None:
         self._serving_lock = threading.Lock()
         self._serving = False
         self._serving_thread = None
         self._handed = []
+        #: threads of this process deciding a request themselves (a try, or waiting as an intent)
+        self._deciding = 0
+
+    def _deciding_myself(self, delta: int) -> None:
+        """Count a thread that starts (``+1``) or stops (``-1``) deciding a request itself."""
+        with self._serving_lock:
+            self._deciding += delta
 
     def _serve_in_background(self) -> None:
         """Start serving the queue on a thread of its own, unless one already serves."""
@@ -73,11 +116,11 @@ class Serving:
             self._serving = True
         parallel.thread(self._serve_then_stop, name="txnlog-serve")
 
-    def _serve_then_stop(self) -> None:
+    def _serve_then_stop(self, *, catch_up: bool = False) -> None:
         error: BaseException | None = None
         self._serving_thread = threading.get_ident()
         try:
-            self._serve([])
+            self._serve([], catch_up=catch_up)
         except BaseException as exc:  # a crash of the thread is one of its process: the requests handed over see it
             error = exc
             # the pools refuse work once the interpreter exits ("cannot schedule new futures after shutdown")
@@ -92,14 +135,31 @@ class Serving:
                 h.answer(error=error)
 
     def _hand_over(self, req: Request) -> HandedOver | None:
-        """Hand ``req`` to this process's serving thread; None when none serves, or when the caller is that thread
-        (it would wait for itself)."""
+        """Hand ``req`` to this process's serving thread, starting one when none serves but another thread of this
+        process is deciding a request itself (see the module docstring). None when none serves and none decides,
+        or when the caller is the serving thread (it would wait for itself): the caller then decides ``req``
+        itself and is already counted as deciding (one step with the check, so threads arriving together do not
+        all decide their own), until it calls ``_deciding_myself(-1)``."""
+        start = False
         with self._serving_lock:
-            if not self._serving or self._serving_thread == threading.get_ident():
+            if self._serving_thread == threading.get_ident() or not (self._serving or self._deciding):
+                self._deciding += 1
                 return None
+            if not self._serving:
+                self._serving = start = True
             h = HandedOver(req)
             self._handed.append(h)
-            return h
+        if start:
+            try:
+                parallel.thread(functools.partial(self._serve_then_stop, catch_up=True), name="txnlog-serve")
+            except Exception as exc:  # noqa: BLE001 - no thread (an interpreter exiting): the caller decides itself
+                log.debug("no serving thread: %s", exc)
+                with self._serving_lock:
+                    self._serving = False
+                    self._handed.remove(h)
+                    self._deciding += 1
+                return None
+        return h
 
     def _take_handed(self) -> list[HandedOver]:
         """The requests handed over since the last round (caller holds the lock); those already decided (a retry)
@@ -134,3 +194,104 @@ class Serving:
         for h in handed:
             item = items.get(h.req.id)
             h.answer(None if item is None else outcome_of_item(item, entry.seq))
+
+    def _served(self, seq: int) -> bool:
+        """Whether entry ``seq`` (read) decided several requests: its writer is serving the queue."""
+        entry = self._recent.get(seq)
+        return entry is not None and len({i.request for i in entry.items}) > 1
+
+    def _serve(self, pending: list[Callable[[], None]], *, catch_up: bool = False) -> None:
+        """After winning an entry, keep appending entries for the intents still waiting, while this process keeps
+        winning (for up to :data:`SERVE_S`): the writer that already holds the newest state is the fastest one to
+        build the next entry, so the log advances at the pace of one conditional write per entry. The listing of
+        intents for the next round runs while the entry of this round is being created, and partition records of
+        the served entries are written in the background; ``pending`` (derived work already started) and those
+        records are waited for before returning. With ``catch_up`` (serving started for requests handed over, not
+        after a win) the first round reads the log first, so its entry is built on the newest state."""
+        until = time.monotonic() + SERVE_S
+        empty = lost = 0
+        with self._lock:
+            listing = self._prefetch()
+        try:
+            while time.monotonic() < until:
+                try:
+                    names, fetched = listing()
+                    with self._lock:
+                        self._intents.update(fetched)
+                        if catch_up:
+                            catch_up = False
+                            self._catch_up()
+                        elif lost:
+                            # the entry that won the race: listed, not asked for by name, so a view that fell far
+                            # behind while serving jumps to the newest checkpoint at once
+                            started = time.monotonic()
+                            self._list_forward(checked=True)
+                            self._refreshed = started
+                            if self._served(self.state.seq):
+                                return  # another writer serves the queue now: two would only race each other
+                        others = self._waiting(names, "")
+                        handed = self._take_handed()
+                        try:
+                            # committers decided by the last entry come back with their next commit soon: a queue
+                            # that is empty for a moment is looked at a few more times before serving stops
+                            empty = 0 if others or handed else empty + 1
+                            if empty > SERVE_EMPTY_LOOKS:
+                                return
+                            # An intent listed now but decided by the entry created below is filtered out next
+                            # round (it is decided in the state by then); one written later is in the next listing.
+                            listing = self._prefetch()
+                            if handed:
+                                self._waited.update((h.req.id, self.state.seq) for h in handed)
+                            won = self._append([h.req for h in handed] + others) if others or handed else None
+                        except BaseException as exc:
+                            for h in handed:  # they learn from the log whether the entry decided them
+                                h.answer(error=exc)
+                            raise
+                    if not (others or handed):
+                        time.sleep(POLL_S)
+                        continue
+                except TxnLogError as exc:
+                    log.debug("stopped appending for waiting intents: %s", exc)
+                    return
+                if won is None:
+                    self._give_back(handed)
+                    # One lost race is usually a committer's direct first try, which serves nobody: keep serving.
+                    # Losing twice in a row means another writer is serving the queue now.
+                    lost += 1
+                    if lost >= SERVE_LOSSES:
+                        return
+                    continue
+                lost = 0
+                entry, decided = won
+                pending.append(parallel.background(functools.partial(self._records_then_answer, entry, handed)))
+                if decided:
+                    parallel.background(functools.partial(self._delete_quietly, [intent_path(r) for r in decided]))
+                if self._checkpoint_due(entry.seq):
+                    self._join(pending)
+                    self._checkpoint_quietly(entry.seq)
+        finally:
+            self._finish_listing(listing)
+            self._join(pending)
+
+    def _records_then_answer(self, entry: LogEntry, handed: list[HandedOver]) -> None:
+        """Write the records of ``entry`` (a served round's), then answer the requests handed over that it decided
+        (their callers check the records again if this failed)."""
+        try:
+            self._write_records(entry)
+        finally:
+            self._answer_from(entry, handed)
+
+    @staticmethod
+    def _finish_listing(listing: Callable[[], object]) -> None:
+        """Wait for a listing started ahead that is no longer needed (no request is left running behind)."""
+        try:
+            listing()
+        except TxnLogError:
+            pass
+
+    def _join(self, pending: list[Callable[[], None]]) -> None:
+        while pending:
+            try:
+                pending.pop(0)()
+            except (TxnLogError, OSError) as exc:
+                log.warning("writing partition records: %s (derived data only; readers compute it)", exc)

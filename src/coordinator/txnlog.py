@@ -132,6 +132,7 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof, LogDamage):
         self._loaded_at = -1e9
         #: entries whose partition records this process wrote (the checkpoint writer need not check them)
         self._written: set[int] = set()
+        self._written_lock = threading.Lock()
         #: partition records a waiting committer found while its decision was being proven (see secure_records)
         self._records_found: set[str] = set()
         self._records_lock = threading.Lock()
@@ -243,7 +244,12 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof, LogDamage):
             UnsupportedFormatError: the store was written by another format.
             StoreError: the store failed.
         """
+        asked = time.monotonic()
         with self._lock:
+            if self._opened and read_ahead is None and not self._unproven and self._refreshed > asked:
+                # another thread's refresh started after this call and read what this one would have: threads of
+                # one process waiting for the log's lock share one read instead of making one each
+                return self._state
             self._read_ahead = read_ahead
             try:
                 if not self._opened:
