@@ -20,6 +20,7 @@ from coordinator import (
     StoreError,
     TransactionCoordinator,
     faults,
+    groupcommit,
     parallel,
     serving,
     stage_segment,
@@ -302,3 +303,32 @@ def test_a_refresh_shares_another_threads_read_only_when_that_read_began_after_i
     with other.transaction():
         other.send("t", rows([1], "o"), partition=0)
     assert "other" in mine.log.refresh().producers
+
+
+def test_a_request_made_inside_a_try_of_the_same_thread_is_decided_there_not_handed_over(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread deciding a request holds the log's lock for its whole try; a request it makes meanwhile (a hook
+    inside the try) is decided on that thread, not handed to a serving thread, which would wait for the lock the
+    caller holds while the caller waits for it, until the submit budget ran out."""
+    monkeypatch.setattr(groupcommit, "SUBMIT_BUDGET_S", 5.0)
+    make_topic(backend.open(), partitions=2)
+    store = backend.open()
+    coord = TransactionCoordinator(store)
+    a = Producer(store, "a", coordinator=coord)
+    b = Producer(store, "b", coordinator=coord)
+    a.init_transactions()
+    b.init_transactions()
+    inner: list[str] = []
+
+    def injector(name: str) -> None:
+        if name == "txnlog.entry.before" and not inner:
+            inner.append(threading.current_thread().name)
+            with faults.injected(None), b.transaction():
+                b.send("t", rows([2], "b"), partition=1)
+
+    with faults.injected(injector), a.transaction():
+        a.send("t", rows([1], "a"), partition=0)
+    assert inner and inner[0] != "txnlog-serve"
+    assert parallel.drain(30)
+    assert committed_ids(backend) == [1, 2]

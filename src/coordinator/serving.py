@@ -93,20 +93,34 @@ class Serving:
     _serving: bool
     _serving_thread: int | None
     _handed: list[HandedOver]
-    _deciding: int
+    _deciders: dict[int, int]
 
     def _init_serving(self) -> None:
         self._serving_lock = threading.Lock()
         self._serving = False
         self._serving_thread = None
         self._handed = []
-        #: threads of this process deciding a request themselves (a try, or waiting as an intent)
-        self._deciding = 0
+        #: threads of this process deciding a request themselves (a try, or waiting as an intent): ident -> depth
+        self._deciders = {}
 
     def _deciding_myself(self, delta: int) -> None:
-        """Count a thread that starts (``+1``) or stops (``-1``) deciding a request itself."""
+        """Count the calling thread as starting (``+1``) or ending (``-1``) deciding a request itself."""
         with self._serving_lock:
-            self._deciding += delta
+            self._count_decider(delta)
+
+    def _count_decider(self, delta: int) -> None:
+        """(caller holds ``_serving_lock``)"""
+        me = threading.get_ident()
+        depth = self._deciders.get(me, 0) + delta
+        if depth > 0:
+            self._deciders[me] = depth
+        else:
+            self._deciders.pop(me, None)
+
+    @property
+    def _deciding(self) -> bool:
+        """Whether some thread of this process is deciding a request itself (read without the lock: a hint)."""
+        return bool(self._deciders)
 
     def _serve_in_background(self) -> None:
         """Start serving the queue on a thread of its own, unless one already serves."""
@@ -137,13 +151,15 @@ class Serving:
     def _hand_over(self, req: Request) -> HandedOver | None:
         """Hand ``req`` to this process's serving thread, starting one when none serves but another thread of this
         process is deciding a request itself (see the module docstring). None when none serves and none decides,
-        or when the caller is the serving thread (it would wait for itself): the caller then decides ``req``
-        itself and is already counted as deciding (one step with the check, so threads arriving together do not
-        all decide their own), until it calls ``_deciding_myself(-1)``."""
+        or when the caller is the serving thread or is itself deciding a request (a hook called inside its try: it
+        would wait for a thread that waits for its lock): the caller then decides ``req`` itself and is already
+        counted as deciding (one step with the check, so threads arriving together do not all decide their own),
+        until it calls ``_deciding_myself(-1)``."""
         start = False
+        me = threading.get_ident()
         with self._serving_lock:
-            if self._serving_thread == threading.get_ident() or not (self._serving or self._deciding):
-                self._deciding += 1
+            if self._serving_thread == me or me in self._deciders or not (self._serving or self._deciders):
+                self._count_decider(1)
                 return None
             if not self._serving:
                 self._serving = start = True
@@ -157,7 +173,7 @@ class Serving:
                 with self._serving_lock:
                     self._serving = False
                     self._handed.remove(h)
-                    self._deciding += 1
+                    self._count_decider(1)
                 return None
         return h
 
