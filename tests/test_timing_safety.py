@@ -31,6 +31,7 @@ from coordinator import (
     create_topic,
     faults,
     open_store,
+    parallel,
     read_snapshot,
 )
 from coordinator import inspect as ti
@@ -254,8 +255,9 @@ def test_a_fenced_answer_is_given_only_when_the_log_proves_the_transaction_was_n
         elif name == "intent.after" and seen == ["txnlog.entry.before"]:
             seen.append(name)
             with faults.injected(None):
-                with other.transaction():  # its writer decides the waiting intent: the job is committed
+                with other.transaction():  # its writer then serves the queue: it decides the waiting intent
                     other.send("t", [{"v": "second"}])
+                assert parallel.drain(30)  # (on its serving thread, after its own caller was answered)
                 assert "job-1" in _values(url)
                 restart()  # the job restarted: a new epoch fences the paused driver
                 _others_move_on_and_truncate(url)
