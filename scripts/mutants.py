@@ -274,6 +274,27 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_history.py::test_a_refresh_after_one_that_failed_half_way_never_returns_the_unproven_view",),
         "G1/G5: a refresh after one that failed half way returns the entries it applied unproven (maybe a ghost)"),
     Mutant(
+        "pipelined-commit-after-an-abort", "coordinator/decisions.py",
+        '        if req.after >= 0 and meta.last_outcome != "committed" and not req.abort:',
+        '        if req.after >= 0 and meta.last_outcome not in ("committed", "aborted") and not req.abort:',
+        ("tests/test_pipelined.py::test_a_chain_of_pipelined_commits_after_an_aborted_transaction_is_aborted_whole"
+         "[memory]",),
+        "G2: a pipelined commit n + 1 commits after n aborted, and a read-process-write job loses n's input"),
+    Mutant(
+        "pipelined-decided-before-its-earlier", "coordinator/decisions.py",
+        "    return meta is not None and meta.pid == req.pid and meta.epoch == req.epoch and meta.last_txn < req.after",
+        "    return False",
+        ("tests/test_pipelined.py::test_a_pipelined_commit_sent_first_commits_once_the_one_it_follows_commits"
+         "[memory-processes]",),
+        "G2: a pipelined commit sent first is refused as skipping a number instead of waiting for the one it follows"),
+    Mutant(
+        "pipelined-request-answered-noop", "coordinator/groupcommit.py",
+        "            if waits(req, self.state):\n",
+        "            if False:\n",
+        ("tests/test_pipelined.py::test_a_pipelined_commit_sent_first_commits_once_the_one_it_follows_commits"
+         "[memory-processes]",),
+        "G5: a pipelined commit whose earlier transaction is undecided is answered as having nothing to decide"),
+    Mutant(
         "retry-store-error-says-undecided", "coordinator/groupcommit.py",
         "                if tried:  # not",
         "                if False:  # not",

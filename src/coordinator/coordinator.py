@@ -239,6 +239,7 @@ class TransactionCoordinator:
         app: tuple[str, int] | None = None,
         end_producer: bool = False,
         started_ms: int = -1,
+        pipelined: bool = False,
     ) -> CommitResult:
         """Commit producer transaction ``txn`` (``ident.txn_id(n)``) publishing ``segments`` and the consumer-group
         ``offsets``; with ``app = (app id, version)`` only if that version is above the app's last committed one
@@ -246,20 +247,25 @@ class TransactionCoordinator:
         producer. ``started_ms``: the transaction's start on the store's clock (:func:`coordinator.clock.store_now_ms`
         when it first staged data); the entry that decides the commit aborts it instead if its time is more than
         the producer's timeout later. A transaction decided before (a retry) returns its recorded outcome.
+        ``pipelined``: sent before transaction ``n - 1`` was decided; it is decided once that one is, and commits
+        only if that one committed (:attr:`~coordinator.decisions.TxnRequest.after`).
 
         Raises:
             ProducerFencedError: a newer epoch exists; nothing becomes visible.
             TransactionTimedOutError: open longer than the producer's timeout at the commit (now aborted).
             InvalidTxnStateError: ``txn`` was aborted, or is not the producer's next transaction.
             OutOfOrderSequenceError: a partition's sequence numbers skip one.
+            TransactionAbortedError: ``pipelined``, and transaction ``n - 1`` was not committed (now aborted).
             TopicNotFoundError: a segment names a topic or partition that does not exist.
             CommitStateUnknownError: the outcome could not be learned.
         """
         ref = parse_txn_id(txn)
         if ref is None or ref.kind != "p" or (ref.pid, ref.epoch) != (ident.pid, ident.epoch):
             raise InvalidOptionError(f"transaction id {txn!r} is not one of producer {ident}")
+        if pipelined and ref.n < 1:
+            raise InvalidOptionError(f"transaction {txn} is its producer's first: it follows none")
         return self._commit(ident, txn, segments, _offsets(offsets), app=app, end_producer=end_producer,
-                            started_ms=started_ms)
+                            started_ms=started_ms, after=ref.n - 1 if pipelined else -1)
 
     def _commit(
         self,
@@ -271,6 +277,7 @@ class TransactionCoordinator:
         app: tuple[str, int] | None = None,
         end_producer: bool = False,
         started_ms: int = -1,
+        after: int = -1,
     ) -> CommitResult:
         ref = parse_txn_id(txn)
         assert ref is not None
@@ -279,7 +286,8 @@ class TransactionCoordinator:
         req = commit_request(txn=txn, tid=ident.tid, pid=ident.pid, epoch=ident.epoch, n=ref.n,
                              app=None if app is None else check_name("txnAppId", app[0]),
                              version=-1 if app is None else int(app[1]), token=None if app is None else txn,
-                             segments=segs, offsets=offs, end_producer=end_producer, started_ms=started_ms)
+                             segments=segs, offsets=offs, end_producer=end_producer, started_ms=started_ms,
+                             after=after)
         return self._commit_result(req, self.log.submit(req))
 
     def commit_app(
@@ -336,9 +344,10 @@ class TransactionCoordinator:
 
     def abort(self, ident: ProducerIdentity, txn: str, *, reason: str = "aborted by producer",
               end_producer: bool = False, staged: Iterable[SegmentRef] = (),
-              offsets: Mapping[str, Mapping[str, Mapping[int, int]]] | None = None) -> None:
+              offsets: Mapping[str, Mapping[str, Mapping[int, int]]] | None = None, pipelined: bool = False) -> None:
         """Abort producer transaction ``txn``: it can never commit afterwards. ``staged`` and ``offsets`` (what the
         transaction had staged and the group offsets it carried) are recorded with the decision for operators.
+        ``pipelined``: transaction ``n - 1`` may still be undecided; the abort is decided once it is.
 
         Raises:
             ProducerFencedError: a newer epoch exists (the transaction can never commit anyway).
@@ -349,7 +358,8 @@ class TransactionCoordinator:
         if ref is None or ref.kind != "p" or (ref.pid, ref.epoch) != (ident.pid, ident.epoch):
             raise InvalidOptionError(f"transaction id {txn!r} is not one of producer {ident}")
         req = abort_request(txn=txn, tid=ident.tid, pid=ident.pid, epoch=ident.epoch, n=ref.n, reason=reason,
-                            end_producer=end_producer, segments=tuple(staged), offsets=_offsets_lenient(offsets))
+                            end_producer=end_producer, segments=tuple(staged), offsets=_offsets_lenient(offsets),
+                            after=ref.n - 1 if pipelined and ref.n > 0 else -1)
         out = self.log.submit(req)
         if out.status == "aborted":
             return

@@ -80,7 +80,14 @@ class TxnRequest(Request):
     """Commit (``abort=False``) or abort one transaction: a producer's number ``n`` at ``epoch`` (``tid`` set), an
     application attempt ``(app, version, token)`` (``app`` set), or both (a Spark batch job with ``txnAppId``).
     ``started_ms`` (a producer commit; -1: not given) is the transaction's start on the store's clock: the commit is
-    decided as an abort when the deciding entry's time is more than the producer's timeout after it."""
+    decided as an abort when the deciding entry's time is more than the producer's timeout after it.
+
+    ``after`` (a producer's pipelined request; -1: none) is the number of the producer's transaction this one follows
+    (``n - 1``), sent before that one was decided. The log leaves the request undecided while ``after`` is
+    undecided (:func:`waits`), and aborts it unless ``after`` committed: a pipelined commit never outlives the
+    transaction before it (a read-process-write job whose transaction ``n`` aborted would otherwise commit ``n + 1``
+    and lose ``n``'s input). Its intent carries a kind of its own (``commit-after``, ``abort-after``) that a reader
+    not knowing the rule refuses to decide."""
 
     txn: str = ""
     abort: bool = False
@@ -97,17 +104,23 @@ class TxnRequest(Request):
     fence: bool = False
     reason: str = ""
     started_ms: int = -1
+    after: int = -1
 
     @property
     def kind(self) -> str:  # type: ignore[override]
         return "abort" if self.abort else "commit"
 
     def to_json(self) -> dict[str, Any]:
-        return {"v": _V, "kind": self.kind, "id": self.id, "txn": self.txn, "tid": self.tid, "pid": self.pid,
+        kind = self.kind if self.after < 0 else f"{self.kind}{_AFTER}"
+        return {"v": _V, "kind": kind, "id": self.id, "txn": self.txn, "tid": self.tid, "pid": self.pid,
                 "epoch": self.epoch, "n": self.n, "app": self.app, "version": self.version, "token": self.token,
                 "segments": [s.to_json() for s in self.segments], "offsets": self.offsets,
                 "end_producer": self.end_producer, "fence": self.fence, "reason": self.reason,
-                "started_ms": self.started_ms}
+                "started_ms": self.started_ms, "after": self.after}
+
+
+#: the suffix of the intent kind of a pipelined request (:attr:`TxnRequest.after`)
+_AFTER = "-after"
 
 
 @dataclass(frozen=True)
@@ -173,15 +186,16 @@ def request_from_bytes(data: bytes, where: str) -> Request:
     check_format(d, where)
     try:
         kind = d["kind"]
-        if kind in ("commit", "abort"):
+        if kind in ("commit", "abort", "commit" + _AFTER, "abort" + _AFTER):
+            after = int(d["after"]) if kind.endswith(_AFTER) else -1
             return TxnRequest(
-                id=str(d["id"]), txn=str(d["txn"]), abort=kind == "abort", tid=d.get("tid"), pid=int(d["pid"]),
+                id=str(d["id"]), txn=str(d["txn"]), abort=kind.startswith("abort"), tid=d.get("tid"), pid=int(d["pid"]),
                 epoch=int(d["epoch"]), n=int(d["n"]), app=d.get("app"), version=int(d["version"]),
                 token=d.get("token"), segments=tuple(SegmentRef.from_json(s) for s in d["segments"]),
                 offsets={g: {t: {p: int(o) for p, o in ps.items()} for t, ps in ts.items()}
                          for g, ts in d["offsets"].items()},
                 end_producer=bool(d["end_producer"]), fence=bool(d["fence"]), reason=str(d["reason"]),
-                started_ms=int(d.get("started_ms", -1)))
+                started_ms=int(d.get("started_ms", -1)), after=after)
         if kind == "init":
             prev = d.get("prev")
             return InitRequest(id=str(d["id"]), tid=str(d["tid"]),
@@ -203,6 +217,16 @@ def undecided_producer(ref: TxnRef, st: CoordinatorState) -> ProducerMeta | None
     if meta is None or meta.epoch != ref.epoch or ref.n <= meta.last_txn:
         return None
     return meta
+
+
+def waits(req: Request, st: CoordinatorState) -> bool:
+    """Whether ``req`` is a pipelined request (:attr:`TxnRequest.after`) of the current epoch whose earlier
+    transaction ``st`` has not decided yet: it cannot be decided now, and is left for a later entry (never answered
+    as decided)."""
+    if not isinstance(req, TxnRequest) or req.tid is None or req.after < 0:
+        return False
+    meta = st.producers.get(req.tid)
+    return meta is not None and meta.pid == req.pid and meta.epoch == req.epoch and meta.last_txn < req.after
 
 
 def decided_by_name(name: str, st: CoordinatorState) -> bool:
@@ -230,7 +254,8 @@ def _reject(req: Request, txn: str, code: str, reason: str) -> RejectItem:
 
 
 def decide(req: Request, st: CoordinatorState, ts: int) -> Item | None:
-    """Decide ``req`` against ``st`` (which the caller then advances with the item). None: already decided."""
+    """Decide ``req`` against ``st`` (which the caller then advances with the item). None: already decided, or not
+    decidable yet (callers ask :func:`waits` first)."""
     if isinstance(req, TxnRequest):
         return _decide_txn(req, st, ts)
     if isinstance(req, InitRequest):
@@ -276,6 +301,11 @@ def _decide_txn(req: TxnRequest, st: CoordinatorState, ts: int) -> Item | None:
                            f"fenced: the current producer is {now}")
         if req.n <= meta.last_txn:
             return None
+        if req.after >= 0 and req.after != req.n - 1:
+            return _reject(req, req.txn, "state", f"transaction {req.txn} of {req.tid!r} says it follows "
+                                                  f"transaction {req.after}, not {req.n - 1}")
+        if req.after > meta.last_txn:
+            return None  # waits for the transaction it follows
         if req.n != meta.last_txn + 1:
             return _reject(req, req.txn, "state", f"transaction {req.txn} of {req.tid!r} skips transaction "
                                                   f"{meta.last_txn + 1}")
@@ -283,6 +313,9 @@ def _decide_txn(req: TxnRequest, st: CoordinatorState, ts: int) -> Item | None:
             walk(meta.state, ABORT_PATH if req.abort else COMMIT_PATH)
         except ValueError as exc:
             return _reject(req, req.txn, "state", f"transactional id {req.tid!r}: {exc}")
+        if req.after >= 0 and meta.last_outcome != "committed" and not req.abort:
+            return _abort_item(replace(req, reason=f"transaction {req.after} of {req.tid!r}, which it follows, "
+                                                   f"was not committed ({meta.last_outcome})"))
         if not req.abort and 0 <= req.started_ms < ts - meta.timeout_ms:
             # decided in this entry, on the store's clock: the commit and the timeout can never both win
             return _abort_item(replace(req, reason=timeout_reason(meta.timeout_ms)))

@@ -32,6 +32,7 @@ from coordinator.decisions import (
     outcome_of_item,
     request_bytes,
     request_from_bytes,
+    waits,
 )
 from coordinator.errors import (
     CommitStateUnknownError,
@@ -382,6 +383,10 @@ class GroupCommit(Serving):
             if queue and self._undecided(names, req.id):
                 return None, None, True
             others = self._waiting(names, req.id) if fetch else self._known_waiting(names, req.id)
+            if waits(req, self.state):
+                # a pipelined request whose earlier transaction is still undecided: it waits as an intent, decided
+                # with or after that one by whoever decides it (never answered "noop")
+                return None, None, True
             if decide(req, self.state.copy(), max(_now_ms(self.store), self.state.ts)) is None:
                 return None, Outcome("noop", reason=f"request {req.id} has nothing left to decide"), False
             # from here on the request may be decided by an entry after the view (a create whose reply is lost, a
@@ -432,14 +437,21 @@ class GroupCommit(Serving):
         scratch = self.state.copy()
         items: list[Item] = []
         touched: dict[tuple[str, int], int] = {}
-        for r in reqs:
-            item = decide(r, scratch, ts)
-            if item is None:
-                continue
-            for tp in item_partitions(item):
-                touched.setdefault(tp, scratch.partition(*tp).next_idx)
-            scratch.apply_item(item, ts)
-            items.append(item)
+        todo = list(reqs)
+        while todo:
+            # a pipelined request waiting for an earlier one of this batch is decided after it, in the same entry
+            waiting = [r for r in todo if waits(r, scratch)]
+            for r in todo:
+                if r in waiting:
+                    continue
+                item = decide(r, scratch, ts)
+                if item is None:
+                    continue
+                for tp in item_partitions(item):
+                    touched.setdefault(tp, scratch.partition(*tp).next_idx)
+                scratch.apply_item(item, ts)
+                items.append(item)
+            todo = waiting if len(waiting) < len(todo) else []
         if not items:
             return None
         entry = LogEntry(seq, ts, uuid.uuid4().hex, tuple(items), tuple((t, p, idx) for (t, p), idx in touched.items()),

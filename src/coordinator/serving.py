@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from coordinator import faults, parallel
-from coordinator.decisions import Outcome, Request, outcome_of_item
+from coordinator.decisions import Outcome, Request, outcome_of_item, waits
 from coordinator.errors import TxnLogError
 from coordinator.layout import intent_path
 from coordinator.records import LogEntry
@@ -248,6 +248,13 @@ class Serving:
                         others = self._waiting(names, "")
                         handed = self._take_handed()
                         try:
+                            if (others or handed) and all(waits(r, self.state)
+                                                          for r in [*others, *(h.req for h in handed)]):
+                                # only pipelined requests whose earlier transactions are decided elsewhere: read
+                                # the log for those, keep them for the next round
+                                self._give_back(handed)
+                                handed, others = [], []
+                                self._catch_up()
                             # committers decided by the last entry come back with their next commit soon: a queue
                             # that is empty for a moment is looked at a few more times before serving stops
                             empty = 0 if others or handed else empty + 1
