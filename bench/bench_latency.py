@@ -18,6 +18,7 @@ Prints one table per measure.
 from __future__ import annotations
 
 import argparse
+import functools
 import multiprocessing as mp
 import os
 import statistics
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import time
 import uuid
+from concurrent.futures import Future
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -73,7 +75,8 @@ def poll_round_trips(commits: int) -> dict[str, Any]:
 # -- 2. end to end -----------------------------------------------------------------------------------------------------
 
 
-def _producer_main(url: str, i: int, ready: Any, go: Any, seconds: float, interval: float, out: Any) -> None:
+def _producer_main(url: str, i: int, ready: Any, go: Any, seconds: float, interval: float, out: Any,
+                   pipelined: bool = False) -> None:
     p = Producer(LatencyStore(open_store(url)), f"w{i}")
     p.init_transactions()
     with p.transaction():  # warm up: imports, encoders, the log's view
@@ -84,17 +87,32 @@ def _producer_main(url: str, i: int, ready: Any, go: Any, seconds: float, interv
     while time.time() < start:
         time.sleep(0.002)
     commit_s: list[float] = []
+    failed: list[BaseException] = []
+
+    def done(f: Future[Any], t0: float) -> None:
+        if f.exception() is not None:
+            failed.append(f.exception())  # type: ignore[arg-type]
+        else:
+            commit_s.append(time.monotonic() - t0)
+
     n = 0
+    cpu0 = time.process_time()
     while time.time() < start + seconds:
         due = start + n * interval
         if time.time() < due:
             time.sleep(due - time.time())
         t0 = time.monotonic()
-        with p.transaction():
+        if pipelined:
+            p.begin_transaction()
             p.send("t", [{"v": time.time_ns() // 1000}], partition=i)
-        commit_s.append(time.monotonic() - t0)
+            p.commit_transaction_async().add_done_callback(functools.partial(done, t0=t0))
+        else:
+            with p.transaction():
+                p.send("t", [{"v": time.time_ns() // 1000}], partition=i)
+            commit_s.append(time.monotonic() - t0)
         n += 1
-    out.put((f"producer {i}", commit_s))
+    p.close()  # waits for the commits in flight
+    out.put((f"producer {i}", (commit_s, len(failed), time.process_time() - cpu0)))
 
 
 def _consumer_main(url: str, ready: Any, go: Any, seconds: float, out: Any) -> None:
@@ -126,14 +144,17 @@ def _pct(xs: list[float], q: int) -> float:
     return statistics.quantiles(xs, n=100, method="inclusive")[q - 1]
 
 
-def end_to_end(seconds: float, interval_ms: float, producers: int = 1) -> dict[str, Any]:
+def end_to_end(seconds: float, interval_ms: float, producers: int = 1, pipelined: bool = False) -> dict[str, Any]:
     """One process per producer, each on its own partition, each committing a one-row transaction every
-    ``interval_ms`` (or as soon as its previous commit returns, when that took longer), and one consumer process."""
+    ``interval_ms`` (or as soon as its previous commit returns, when that took longer; with ``pipelined``, as soon
+    as fewer than ``max_in_flight`` of its commits are undecided: ``commit_transaction_async``), and one consumer
+    process."""
     with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR", "/tmp")) as d:
         url = "file://" + d
         create_topic(open_store(url), "t", SCHEMA, producers)
         ready, go, out = mp.Semaphore(0), mp.Queue(), mp.Queue()
-        procs = [mp.Process(target=_producer_main, args=(url, i, ready, go, seconds, interval_ms / 1000, out))
+        procs = [mp.Process(target=_producer_main, args=(url, i, ready, go, seconds, interval_ms / 1000, out,
+                                                                pipelined))
                  for i in range(producers)]
         procs.append(mp.Process(target=_consumer_main, args=(url, ready, go, seconds, out)))
         for pr in procs:
@@ -144,10 +165,15 @@ def end_to_end(seconds: float, interval_ms: float, producers: int = 1) -> dict[s
         got = dict(out.get() for _ in procs)
         for pr in procs:
             pr.join()
-        commit_s = sorted(x for k, v in got.items() if k.startswith("producer") for x in v)
+        commit_s = sorted(x for k, v in got.items() if k.startswith("producer") for x in v[0])
+        failed = sum(v[1] for k, v in got.items() if k.startswith("producer"))
+        cpu_s = sum(v[2] for k, v in got.items() if k.startswith("producer"))
         from_send, from_commit, polls = got["consumer"]
-        return {"producers": producers, "wanted_per_s": producers * 1000 / interval_ms,
-                "commits_per_s": len(commit_s) / seconds, "received": len(from_send), "polls": polls,
+        return {"producers": producers, "commits": "async" if pipelined else "blocking",
+                "wanted_per_s": producers * 1000 / interval_ms,
+                "commits_per_s": len(commit_s) / seconds, "failed": failed,
+                "producer_cpu_ms_per_commit": 1000 * cpu_s / max(1, len(commit_s)),
+                "received": len(from_send), "polls": polls,
                 "commit_p50_ms": 1000 * statistics.median(commit_s), "commit_p99_ms": 1000 * _pct(commit_s, 99),
                 "e2e_p50_ms": _pct(from_send, 50), "e2e_p99_ms": _pct(from_send, 99),
                 "e2e_max_ms": max(from_send, default=float("nan")),
@@ -162,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3, help="runs of measure 1 per N")
     ap.add_argument("--only", default="1,2", help="which measures to run")
     ap.add_argument("--producers", default="1,16", help="producer processes of measure 2, one run per number")
+    ap.add_argument("--commit-modes", default="blocking,async",
+                    help="measure 2: blocking commits (commit_transaction) and/or pipelined ones "
+                         "(commit_transaction_async)")
     args = ap.parse_args(argv)
     only = set(args.only.split(","))
     print(f"latency (ms) {LatencyStore(MemoryStore('memory://x')).latency_ms}")
@@ -175,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     if "2" in only:
         table(f"2. end to end, producer processes each on its own partition (a commit every {args.interval:.0f} ms "
               f"each), one consumer process (a poll every {1000 * POLL_EVERY_S:.0f} ms), local folder",
-              [end_to_end(args.seconds, args.interval, int(n)) for n in args.producers.split(",")])
+              [end_to_end(args.seconds, args.interval, int(n), mode == "async")
+               for n in args.producers.split(",") for mode in args.commit_modes.split(",")])
     return 0
 
 

@@ -13,17 +13,22 @@ import pyarrow as pa
 import pytest
 
 from coordinator import (
+    InvalidOptionError,
+    Producer,
+    ProducerConfig,
     ProducerFencedError,
     SegmentRef,
     Store,
     TransactionAbortedError,
     TransactionCoordinator,
+    TransactionTimedOutError,
+    read_snapshot,
     stage_segment,
 )
 from coordinator.decisions import TxnRequest, commit_request, request_bytes, request_from_bytes
-from coordinator.layout import TXN_INTENTS
+from coordinator.layout import TXN_INTENTS, TXN_LOG, intent_path
 from coordinator.txntypes import ProducerIdentity
-from core_helpers import SCHEMA, Backend, committed_ids, make_topic, rows
+from core_helpers import SCHEMA, Backend, LostReplyStore, committed_ids, make_topic, rows
 
 
 def _stage(store: Store, ident: ProducerIdentity, n: int) -> SegmentRef:
@@ -137,10 +142,164 @@ def test_a_pipelined_commit_of_a_fenced_producer_is_refused_as_fenced(backend: B
 
 
 def test_a_producers_first_transaction_cannot_be_pipelined(backend: Backend) -> None:
-    from coordinator import InvalidOptionError
-
     make_topic(backend.open(), partitions=1)
     coord = backend.coordinator()
     ident = coord.init_producer("p")
     with pytest.raises(InvalidOptionError, match="first"):
         coord.commit(ident, ident.txn_id(0), [], pipelined=True)
+
+
+# -- the producer: commit_transaction_async ----------------------------------------------------------------------
+
+
+class SlowEntries(LostReplyStore):
+    """The real store; while ``slow`` is set, creating a log entry takes ``delay`` seconds longer (a busy log)."""
+
+    def __init__(self, inner: Store, delay: float = 0.3) -> None:
+        super().__init__(inner)
+        self.delay = delay
+        self.slow = False
+        self.entries = 0
+
+    def lose(self, path: str) -> str | None:
+        if path.startswith(TXN_LOG + "/"):
+            self.entries += 1
+            if self.slow:
+                time.sleep(self.delay)
+        return None
+
+
+def test_async_commits_are_decided_in_order_and_each_follows_the_one_before(backend: Backend) -> None:
+    make_topic(backend.open(), partitions=2)
+    store = SlowEntries(backend.open(), delay=0.1)
+    p = Producer(store, "p", config=ProducerConfig(max_in_flight=3))
+    p.init_transactions()
+    store.slow = True
+    futures = []
+    for i in range(12):
+        p.begin_transaction()
+        p.send("t", rows([i], f"txn{i}"), partition=i % 2)
+        futures.append(p.commit_transaction_async())
+    results = [f.result(60) for f in futures]
+    store.slow = False
+    assert [r.commit_seq for r in results] == sorted(r.commit_seq for r in results)
+    assert any(r.commit_seq == results[i - 1].commit_seq for i, r in enumerate(results) if i), \
+        "no two commits of the pipeline shared an entry"
+    with p.transaction():  # a plain commit after the pipeline
+        p.send("t", rows([12], "txn12"), partition=0)
+    assert committed_ids(backend) == list(range(13))
+    table = read_snapshot(backend.open(), ["t"])["t"].sort_by([("_partition", "ascending"), ("_offset", "ascending")])
+    # each partition holds its rows in commit order
+    for part in (0, 1):
+        ids = [r["id"] for r in table.to_pylist() if r["_partition"] == part]
+        assert ids == sorted(ids)
+    p.close()
+
+
+def test_a_failed_async_commit_aborts_every_later_one_in_flight_and_the_producer_resyncs(backend: Backend) -> None:
+    make_topic(backend.open(), partitions=1)
+    store = SlowEntries(backend.open(), delay=0.4)
+    p = Producer(store, "p", config=ProducerConfig(transaction_timeout_ms=2_000))
+    p.init_transactions()
+    with p.transaction():
+        p.send("t", rows([0], "first"), partition=0)
+    store.slow = True
+    p.begin_transaction()
+    p.send("t", rows([1], "late"), partition=0)
+    p._started_ms -= 10_000  # this transaction has been open longer than its timeout (as after a long pause)
+    late = p.commit_transaction_async()
+    follows = []
+    for i in (2, 3):
+        p.begin_transaction()
+        p.send("t", rows([i], "follows"), partition=0)
+        follows.append(p.commit_transaction_async())
+    with pytest.raises(TransactionTimedOutError):
+        late.result(60)
+    for f in follows:
+        with pytest.raises(TransactionAbortedError, match="was not committed"):
+            f.result(60)
+    store.slow = False
+    with pytest.raises(TransactionAbortedError, match="commit in flight failed"):
+        p.begin_transaction()
+    p.abort_transaction()  # resyncs the producer with the log
+    with p.transaction():
+        p.send("t", rows([4], "after"), partition=0)
+    assert committed_ids(backend) == [0, 4]
+    p.close()
+
+
+def test_a_fenced_async_commit_fences_the_producer(backend: Backend) -> None:
+    make_topic(backend.open(), partitions=1)
+    store = SlowEntries(backend.open(), delay=0.4)
+    p = Producer(store, "p")
+    p.init_transactions()
+    with p.transaction():
+        p.send("t", rows([0], "first"), partition=0)
+    p.begin_transaction()
+    p.send("t", rows([1], "zombie"), partition=0)
+    Producer(backend.open(), "p").init_transactions()  # a new instance takes over
+    with pytest.raises(ProducerFencedError):  # learned while staging, or from the log's answer
+        p.commit_transaction_async().result(60)
+    with pytest.raises(ProducerFencedError):
+        p.begin_transaction()
+    assert committed_ids(backend) == [0]
+
+
+class LoseFirstEntryReply(LostReplyStore):
+    """The reply of the first log entry created while ``armed`` is lost (applied, but the writer cannot tell)."""
+
+    armed = False
+
+    def lose(self, path: str) -> str | None:
+        if self.armed and path.startswith(TXN_LOG + "/"):
+            self.armed = False
+            return "unknown"
+        return None
+
+
+def test_an_async_commit_whose_entry_reply_is_lost_learns_it_committed(backend: Backend) -> None:
+    """The caller's real error path for a store error at the commit point: the commit in flight asks again (a
+    request is decided at most once) instead of failing the pipeline."""
+    make_topic(backend.open(), partitions=1)
+    store = LoseFirstEntryReply(backend.open())
+    p = Producer(store, "p")
+    p.init_transactions()
+    with p.transaction():
+        p.send("t", rows([0], "first"), partition=0)
+    store.armed = True
+    p.begin_transaction()
+    p.send("t", rows([1], "lost reply"), partition=0)
+    first = p.commit_transaction_async()
+    p.begin_transaction()
+    p.send("t", rows([2], "after"), partition=0)
+    second = p.commit_transaction_async()
+    assert first.result(60).commit_seq >= 0 and second.result(60).commit_seq >= 0
+    assert not store.armed
+    assert committed_ids(backend) == [0, 1, 2]
+    p.close()
+
+
+def test_a_pipelined_intent_whose_earlier_transaction_never_came_never_commits(backend: Backend) -> None:
+    """Its process died after publishing ``n + 1`` and before ``n``: the intent waits while other producers go on,
+    and once the producer's next instance bumps the epoch it can never commit."""
+    make_topic(backend.open(), partitions=2)
+    store = backend.open()
+    coord = TransactionCoordinator(store)
+    ident = coord.init_producer("gone")
+    coord.commit(ident, ident.txn_id(0), [_stage(store, ident, 0)])
+    s2 = _stage(store, ident, 2)
+    req = commit_request(txn=ident.txn_id(2), tid=ident.tid, pid=ident.pid, epoch=ident.epoch, n=2, segments=(s2,),
+                         after=1)
+    store.put(intent_path(req.id), request_bytes(req))
+    other = Producer(backend.open(), "other")
+    other.init_transactions()
+    for i in range(3):
+        with other.transaction():
+            other.send("t", rows([100 + i], "other"), partition=1)
+    assert coord.txn_status(ident.txn_id(2)) == "undecided"
+    TransactionCoordinator(backend.open()).init_producer("gone")  # the producer's next instance
+    with other.transaction():
+        other.send("t", rows([103], "other"), partition=1)
+    assert coord.txn_status(ident.txn_id(2)) != "committed"
+    assert committed_ids(backend) == [0, 100, 101, 102, 103]
+    other.close()

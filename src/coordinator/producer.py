@@ -33,45 +33,44 @@ retry the call; ``abort_transaction()`` and begin again; or create a new produce
 
 from __future__ import annotations
 
-import datetime as dt
-import logging
+import contextlib
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
-from coordinator import clock, parallel
 from coordinator.clientconf import PRODUCER_KEYS, from_config
 from coordinator.coordinator import CommitResult, ProducerIdentity, TransactionCoordinator
 from coordinator.errors import (
     AlreadyCommittedError,
     ClientClosedError,
     CommitStateUnknownError,
+    ConcurrentCommitError,
     InvalidOptionError,
     InvalidTxnStateError,
     OutOfOrderSequenceError,
     ProducerFencedError,
     TopicNotFoundError,
+    TransactionAbortedError,
     TxnLogError,
 )
+from coordinator.inflight import InFlight, resync
 from coordinator.layout import check_name
-from coordinator.partitioner import legacy_partition, partition_for
+from coordinator.partitioner import legacy_partition
 from coordinator.records import SegmentRef
 from coordinator.rows import producer_times as producer_times
 from coordinator.rows import to_table as to_table
-from coordinator.segments import FORMATS, stage_segment, stamp, with_headers
-from coordinator.store import Store, StoreOptions
+from coordinator.segments import FORMATS
+from coordinator.sending import Sending
+from coordinator.store import Store, StoreError, StoreOptions
 from coordinator.store_factory import open_store
-from coordinator.topics import TopicMeta, conform, get_topic
+from coordinator.topics import TopicMeta
 
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
-
-_log = logging.getLogger(__name__)
-
 
 @dataclass(frozen=True)
 class ProducerConfig:
@@ -80,6 +79,9 @@ class ProducerConfig:
     transaction_timeout_ms: int = 60_000
     segment_target_bytes: int = DEFAULT_SEGMENT_BYTES
     segment_format: str = "parquet"
+    #: commits of :meth:`Producer.commit_transaction_async` that may be undecided at once (Kafka's
+    #: ``max.in.flight.requests.per.connection``)
+    max_in_flight: int = 5
 
     def __post_init__(self) -> None:
         if self.segment_format not in FORMATS:
@@ -88,6 +90,8 @@ class ProducerConfig:
             raise InvalidOptionError(f"segment_target_bytes must be positive, got {self.segment_target_bytes}")
         if self.transaction_timeout_ms <= 0:
             raise InvalidOptionError(f"transaction_timeout_ms must be positive, got {self.transaction_timeout_ms}")
+        if self.max_in_flight < 1:
+            raise InvalidOptionError(f"max_in_flight must be at least 1, got {self.max_in_flight}")
 
 
 def hash_partition(table: pa.Table, columns: Sequence[str], partitions: int) -> list[int]:
@@ -96,7 +100,7 @@ def hash_partition(table: pa.Table, columns: Sequence[str], partitions: int) -> 
     return legacy_partition(table, columns, partitions)
 
 
-class Producer:
+class Producer(Sending):
     """A transactional producer bound to one transactional id. Not thread-safe; use one per thread, and give the
     producers of one process one :class:`TransactionCoordinator` (``coordinator=``): their commits then share log
     entries (see ``docs/client.md``). A context manager: leaving a ``with`` block closes it."""
@@ -154,6 +158,7 @@ class Producer:
         self._aborted_for_caller: str | None = None
         #: the open transaction's start on the store's clock (its first send or offsets; -1: none yet)
         self._started_ms = -1
+        self._inflight = InFlight(self.config.max_in_flight, transactional_id)
 
     # -- lifecycle --------------------------------------------------------------------------------------------
 
@@ -169,6 +174,8 @@ class Producer:
         """
         if self._closed:
             raise ClientClosedError(f"producer for {self.transactional_id!r} is closed")
+        self._inflight.drain()
+        self._inflight.failed = None  # the new epoch fences whatever was in flight
         self.identity = self.coordinator.init_producer(
             self.transactional_id, timeout_ms=self.config.transaction_timeout_ms
         )
@@ -190,6 +197,7 @@ class Producer:
             ClientClosedError: the producer is closed (fatal).
         """
         self._check_usable()
+        self._check_inflight()
         self._aborted_for_caller = None
         if self._txn is not None:
             raise InvalidTxnStateError(f"transaction {self._txn} is already open")
@@ -197,113 +205,6 @@ class Producer:
         self._txn = self.identity.txn_id(self._n)
         self._seq_at_begin = dict(self._next_seq)
         return self._txn
-
-    def send(
-        self,
-        topic: str,
-        data: Any,
-        *,
-        partition: int | None = None,
-        key: str | Sequence[str] | None = None,
-        timestamp: dt.datetime | int | str | None = None,
-        headers: Sequence[tuple[str, bytes | str]] | str | None = None,
-    ) -> None:
-        """Buffer ``data`` for ``topic``: into ``partition``, or by the hash of the ``key`` column(s), or spread
-        round-robin over the partitions. Each row's producer time (``_producerTimestamp``) is the time of this call,
-        or ``timestamp``: a timezone-aware datetime or epoch milliseconds for every row, or the name of a column of
-        ``data`` (timestamps, or integers as epoch milliseconds; nulls take the time of this call) that gives each
-        row's time and is stored only if it is a column of the topic. ``headers`` gives the rows record headers
-        (Kafka's): ``(key, value)`` pairs for every row, or the name of a column of ``data`` holding each row's list
-        of ``{"key": str, "value": bytes}`` (stored only if it is a column of the topic); consumers read them with
-        ``include_headers``.
-
-        Raises:
-            InvalidTxnStateError: no open transaction (or the last commit is unresolved).
-            TopicNotFoundError, SchemaMismatchError, InvalidOptionError: bad topic, data or partition (nothing of
-                this call is in the transaction; the transaction goes on).
-            ProducerFencedError: learnt while staging (fatal).
-        """
-        self._check_open()
-        meta = self._topic(topic)
-        if isinstance(data, list) and not data:
-            return
-        raw = to_table(data, meta)
-        given: object = headers
-        if isinstance(headers, str):
-            idx = raw.schema.get_field_index(headers)
-            if idx < 0:
-                raise InvalidOptionError(f"headers column {headers!r} is not a column of the data")
-            given = raw.column(idx)
-            if headers not in meta.schema.names:
-                raw = raw.remove_column(idx)
-        rows, when = producer_times(raw, timestamp, meta.schema.names)
-        table = conform(rows, meta)
-        if table.num_rows == 0:
-            return
-        table = stamp(table, when)
-        if given is not None:
-            table = with_headers(table, given)
-        if self._started_ms < 0:
-            self._started_ms = clock.store_now_ms(self.store)  # the transaction's timeout counts from here
-        if partition is not None:
-            if not isinstance(partition, int) or not 0 <= partition < meta.partitions:
-                raise InvalidOptionError(f"topic {topic!r} has no partition {partition!r}")
-            self._buffer(topic, partition, table)
-            return
-        if key is None:
-            # Contiguous, zero-copy slices, one per partition, starting where the last send stopped.
-            n, k = table.num_rows, meta.partitions
-            step = -(-n // k)
-            for i in range(k):
-                sub = table.slice(i * step, step)
-                if sub.num_rows:
-                    self._buffer(topic, (self._rr + i) % k, sub)
-            self._rr = (self._rr + 1) % k
-            return
-        cols = [key] if isinstance(key, str) else list(key)
-        for c in cols:
-            if c not in table.column_names:
-                raise InvalidOptionError(f"key column {c!r} is not a column of topic {topic!r}")
-        parts = partition_for(table, cols, meta.partitions, meta)
-        order = np.argsort(parts, kind="stable")
-        bounds = np.searchsorted(parts[order], np.arange(meta.partitions + 1))
-        sorted_table = table.take(pa.array(order))
-        for p in range(meta.partitions):
-            lo, hi = int(bounds[p]), int(bounds[p + 1])
-            if hi > lo:
-                self._buffer(topic, p, sorted_table.slice(lo, hi - lo))
-
-    def send_offsets_to_transaction(self, offsets: Mapping[str, Mapping[int, int]], group_id: str) -> None:
-        """Commit consumer-group ``group_id``'s offsets (topic -> partition -> next offset) with this transaction.
-
-        Raises:
-            InvalidTxnStateError: no open transaction.
-            TopicNotFoundError: a topic or partition does not exist (nothing is added).
-            InvalidOptionError: a negative offset.
-        """
-        self._check_open()
-        check_name("group", group_id)
-        for topic, parts in offsets.items():
-            n = self._topic(topic).partitions
-            for p, o in parts.items():
-                if int(o) < 0:
-                    raise InvalidOptionError(f"offset {o} of {topic}/{p} for group {group_id!r} is negative")
-                if not 0 <= int(p) < n:
-                    n = self._topic(topic, fresh=True).partitions  # partitions may have been added since
-                    if not 0 <= int(p) < n:
-                        raise TopicNotFoundError(f"topic {topic!r} has no partition {p} (it has {n}); offsets "
-                                                 f"of group {group_id!r} not added")
-        if self._started_ms < 0:
-            self._started_ms = clock.store_now_ms(self.store)
-        g = self._offsets.setdefault(group_id, {})
-        for topic, parts in offsets.items():
-            g.setdefault(topic, {}).update({int(p): int(o) for p, o in parts.items()})
-
-    def flush(self) -> None:
-        """Stage every buffered row now."""
-        self._check_open()
-        for key in list(self._buffers):
-            self._stage(key)
 
     def commit_transaction(self) -> CommitResult:
         """Stage what is buffered, then commit. Called again after ``CommitStateUnknownError``, it learns the
@@ -323,6 +224,8 @@ class Producer:
         """
         if not self._unresolved:
             self._check_open()
+            self._inflight.drain()
+            self._check_inflight()
             self.coordinator.log.list_intents_ahead()  # the commit's listing, at once with staging the last rows
             self.flush()
         else:
@@ -353,6 +256,60 @@ class Producer:
         self._n += 1
         return result
 
+    def commit_transaction_async(self) -> Future[CommitResult]:
+        """Stage what is buffered and send the commit without waiting for its decision: the next transaction may
+        begin at once. Returns a future of what :meth:`commit_transaction` returns or raises. At most
+        ``max_in_flight`` commits are undecided at once (this call waits for room).
+
+        The log decides a producer's commits in order, and commits each only if the one before it committed: when
+        one fails, every later one in flight fails too (``TransactionAbortedError``), and nothing after the failure
+        becomes visible. The producer then refuses new work (the error says why) until ``abort_transaction()``,
+        which waits for the rest in flight, aborts the open transaction and resyncs the producer with the log.
+        ``commit_transaction()``, ``abort_transaction()``, ``init_transactions()`` and ``close()`` wait for the
+        commits in flight first. A commit whose outcome cannot be learned is asked again a few times before its
+        future raises ``CommitStateUnknownError``.
+
+        Raises:
+            InvalidTxnStateError: no open transaction, or an earlier commit in flight failed.
+            ProducerFencedError: this producer was fenced (fatal).
+            StoreError: staging failed (retriable: call again; nothing was sent).
+        """
+        self._check_open()
+        self._check_inflight()
+        self.flush()
+        self._inflight.make_room()
+        pipelined = self._inflight.undecided()
+        if not pipelined:
+            # (after the look: a commit in flight that failed is marked failed before it counts as decided)
+            self._check_inflight()
+        assert self.identity is not None and self._txn is not None
+        ident, txn, staged, started, opened = self.identity, self._txn, list(self._staged), self._started_ms, \
+            self._opened
+        offsets = {g: {t: dict(ps) for t, ps in ts.items()} for g, ts in self._offsets.items()}
+
+        def commit() -> CommitResult:
+            try:
+                result = self.coordinator.commit(ident, txn, staged, offsets=offsets, started_ms=started,
+                                                 pipelined=pipelined)
+            except (InvalidTxnStateError, OutOfOrderSequenceError, TopicNotFoundError, StoreError,
+                    ConcurrentCommitError) as exc:
+                if not isinstance(exc, TransactionAbortedError):
+                    # refused undecided (a sequence gap, a topic gone) or not sent (the store failed first): abort
+                    # it, so the commits after it in flight are decided at once instead of waiting for it
+                    with contextlib.suppress(TxnLogError):
+                        self.coordinator.abort(ident, txn, staged=staged, pipelined=pipelined)
+                raise
+            if opened:
+                self.coordinator.close_transaction(txn)
+            return result
+
+        future = self._inflight.submit(commit)
+        self._advance_seqs(staged)  # as if committed: a failure makes the producer resync before anything else
+        self._unresolved = False
+        self._reset()
+        self._n += 1
+        return future
+
     def abort_transaction(self) -> None:
         """Abort the open transaction; nothing it staged becomes visible. After ``CommitStateUnknownError`` this
         aborts the transaction unless the log shows it committed.
@@ -368,6 +325,10 @@ class Producer:
         """
         if self._closed:
             raise ClientClosedError(f"producer for {self.transactional_id!r} is closed")
+        self._inflight.drain()
+        if self._inflight.failed is not None:
+            self._resync()
+            return
         if self._txn is None and self._aborted_for_caller is not None:
             self._aborted_for_caller = None
             return
@@ -421,6 +382,7 @@ class Producer:
         :class:`ClientClosedError`. The store is not closed (the caller's, or shared). Idempotent."""
         if self._closed:
             return
+        self._inflight.close()
         if self._txn is not None:
             try:
                 self.abort_transaction()
@@ -437,6 +399,35 @@ class Producer:
         self.close()
 
     # -- internals --------------------------------------------------------------------------------------------
+
+    def _check_inflight(self) -> None:
+        """Raises: the error of a failed commit in flight (``ProducerFencedError``, fatal; otherwise
+        ``TransactionAbortedError``: ``abort_transaction()`` resyncs the producer)."""
+        failed = self._inflight.failed
+        if failed is None:
+            return
+        if isinstance(failed, ProducerFencedError):
+            self._fenced = True
+            raise ProducerFencedError(str(failed)) from failed
+        raise TransactionAbortedError(f"a commit in flight failed ({failed}); abort_transaction() aborts what "
+                                      "followed it and resyncs the producer with the log") from failed
+
+    def _resync(self) -> None:
+        """abort_transaction() after a failed commit in flight (every other one decided or failed)."""
+        assert self.identity is not None
+        if isinstance(self._inflight.failed, ProducerFencedError):
+            self._check_inflight()
+        txn, staged, opened = self._txn, list(self._staged), self._opened
+        if txn is not None:
+            self._n += 1  # the open transaction's number is aborted with the ones left undecided below
+        self._next_seq = resync(self.coordinator, self.identity, self._n,
+                                {*self._next_seq, *((s.topic, s.partition) for s in staged)})
+        self._inflight.failed = None
+        self._aborted_for_caller = None
+        if txn is not None and opened:
+            self.coordinator.close_transaction(txn)
+        self._unresolved = False
+        self._reset()
 
     def _finish(self, txn: str, *, committed: bool) -> None:
         if committed:
@@ -498,68 +489,3 @@ class Producer:
         self._check_usable()
         if self._txn is None:
             raise InvalidTxnStateError("no transaction is open; call begin_transaction()")
-
-    def _topic(self, name: str, *, fresh: bool = False) -> TopicMeta:
-        meta = None if fresh else self._topics.get(name)
-        if meta is None:
-            meta = self._topics[name] = get_topic(self.store, name)
-            self.coordinator.know_topic(meta)
-        return meta
-
-    def _buffer(self, topic: str, partition: int, table: pa.Table) -> None:
-        key = (topic, partition)
-        self._buffers.setdefault(key, []).append(table)
-        self._buffered_bytes[key] = self._buffered_bytes.get(key, 0) + table.nbytes
-        if self._buffered_bytes[key] >= self.config.segment_target_bytes:
-            try:
-                self._stage(key)
-            except ProducerFencedError:
-                raise
-            except TxnLogError as exc:
-                # The rows are in the transaction (a send that raised would invite a resend, and a duplicate):
-                # they stay buffered, and the next send or commit_transaction() stages them again.
-                _log.warning("staging %s/%d deferred: %s", topic, partition, exc)
-
-    def _stage(self, key: tuple[str, int]) -> None:
-        """Stage the buffered rows of one partition as a segment; the buffer is dropped only once the segment is
-        staged, so a failed stage loses nothing (a retry stages the same rows under the same name)."""
-        tables = self._buffers.get(key, [])
-        if not tables:
-            return
-        assert self.identity is not None and self._txn is not None
-        topic, partition = key
-        seq = self._next_seq.get(key, 0)
-        name = f"{self._txn}~{seq:010d}"
-        table = pa.concat_tables(tables, promote_options="default")  # sends with and without headers
-
-        def stage() -> SegmentRef:
-            return stage_segment(self.store, topic, partition, table, name, seq=seq, fmt=self.config.segment_format)
-
-        if self._opened:
-            ref = stage()
-        else:
-            # Kafka's AddPartitionsToTxn without the log, at once with the first segment: learn of a fence early,
-            # and leave a record (on the store's clock) for the timeout sweep.
-            if self._started_ms < 0:
-                self._started_ms = clock.store_now_ms(self.store)
-            ident, n = self.identity, self._n
-            # the log is read on this thread (its reads fan out in parallel only from here), the puts in the pool
-            staging = parallel.start(stage)
-            opening = parallel.start(lambda: self.coordinator.open_transaction(ident, n))
-            errors: list[BaseException] = []
-            for wait in (lambda: self.coordinator.check_current(ident), opening):
-                # every request ends before this call does, even when one failed
-                try:
-                    wait()
-                except BaseException as exc:  # noqa: BLE001 - raised below, after a failed staging's error
-                    errors.append(exc)
-            ref = staging()
-            if errors:
-                if isinstance(errors[0], ProducerFencedError):
-                    self._fenced = True
-                raise errors[0]
-            self._opened = True
-        self._buffers.pop(key, None)
-        self._buffered_bytes.pop(key, None)
-        self._next_seq[key] = seq + 1
-        self._staged.append(ref)

@@ -1,0 +1,130 @@
+"""A producer's commits in flight (:meth:`~coordinator.producer.Producer.commit_transaction_async`).
+
+A producer may begin its next transaction while the commits of its earlier ones are still being decided, up to
+``max_in_flight`` of them. Each is sent as a pipelined request (:attr:`~coordinator.decisions.TxnRequest.after`)
+when the one before it is still undecided, so the log decides them in order, and commits each only if the one
+before committed: a failed commit aborts every later one in flight, and nothing after a failure becomes visible.
+
+The commits run on threads of the producer's process sharing its :class:`~coordinator.TransactionCoordinator`, so
+the commits of one producer (and of the producers sharing the coordinator) go into shared log entries (see
+:mod:`coordinator.serving`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import TYPE_CHECKING, TypeVar
+
+from coordinator.errors import AlreadyCommittedError, CommitStateUnknownError
+
+if TYPE_CHECKING:
+    from coordinator.coordinator import ProducerIdentity, TransactionCoordinator
+
+T = TypeVar("T")
+
+#: A commit in flight whose outcome could not be learned is asked again this many times before its future says so.
+UNKNOWN_RETRIES = 3
+
+
+class InFlight:
+    """The undecided commits of one producer, oldest first, and the first error among them."""
+
+    def __init__(self, max_in_flight: int, name: str) -> None:
+        self.max_in_flight = max_in_flight
+        self._name = name
+        self._pool: ThreadPoolExecutor | None = None
+        self._futures: deque[Future[object]] = deque()
+        self._lock = threading.Lock()
+        #: the first commit in flight that failed (every later one is aborted by the log): the producer must resync
+        self.failed: BaseException | None = None
+
+    def undecided(self) -> bool:
+        """Whether a commit sent earlier is still undecided (the next one must then be pipelined)."""
+        with self._lock:
+            self._drop_done()
+            return bool(self._futures)
+
+    def make_room(self) -> None:
+        """Wait until fewer than ``max_in_flight`` commits are undecided."""
+        while True:
+            with self._lock:
+                self._drop_done()
+                if len(self._futures) < self.max_in_flight:
+                    return
+                oldest = self._futures[0]
+            wait([oldest])
+
+    def submit(self, commit: Callable[[], T]) -> Future[T]:
+        """Run ``commit`` on a thread of its own; an outcome not learned is asked again (a request is decided at
+        most once, so asking again is safe); the first failure is kept in :attr:`failed`."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.max_in_flight, thread_name_prefix=f"txnlog-commit-{self._name}")
+
+        def run() -> T:
+            for attempt in range(UNKNOWN_RETRIES + 1):
+                try:
+                    return commit()
+                except CommitStateUnknownError as exc:
+                    if attempt == UNKNOWN_RETRIES:
+                        self._fail(exc)
+                        raise
+                except BaseException as exc:
+                    self._fail(exc)
+                    raise
+            raise AssertionError("unreachable")
+
+        fut = self._pool.submit(run)
+        with self._lock:
+            self._futures.append(fut)  # type: ignore[arg-type]
+        return fut
+
+    def drain(self) -> None:
+        """Wait until every commit in flight is decided (or failed)."""
+        with self._lock:
+            pending = list(self._futures)
+        wait(pending)
+        with self._lock:
+            self._drop_done()
+
+    def close(self) -> None:
+        """Wait for every commit in flight, then stop the threads."""
+        self.drain()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def _fail(self, exc: BaseException) -> None:
+        with self._lock:
+            if self.failed is None:
+                self.failed = exc
+
+    def _drop_done(self) -> None:
+        while self._futures and self._futures[0].done():
+            self._futures.popleft()
+
+
+def resync(coordinator: TransactionCoordinator, ident: ProducerIdentity, next_n: int,
+           keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """After a commit in flight failed: abort the transactions below ``next_n`` the log left undecided (a commit
+    whose outcome was never learned; the pipelined ones after it are then aborted by the log), and return the next
+    sequence number of each partition in ``keys`` from what the log committed.
+
+    Raises:
+        ProducerFencedError: a newer epoch exists.
+        CommitStateUnknownError, StoreError: the store failed (call again).
+    """
+    meta = coordinator.log.refresh().producers.get(ident.tid)
+    if meta is None or (meta.pid, meta.epoch) != (ident.pid, ident.epoch):
+        coordinator.check_current(ident)  # raises ProducerFencedError, naming the current producer
+    else:
+        for k in range(meta.last_txn + 1, next_n):
+            try:
+                coordinator.abort(ident, ident.txn_id(k), reason="left undecided by a failed commit in flight",
+                                  pipelined=True)
+            except AlreadyCommittedError:
+                pass
+    st = coordinator.log.refresh()
+    return {(t, p): st.last_sequence(ident.tid, t, p) + 1 for t, p in keys}
