@@ -8,9 +8,12 @@ S3-like latency per request (``latency_store.LatencyStore``: PUT 30, GET 15, LIS
    (``poll(0)``, then a 10 ms sleep), all on the same local folder; a record's latency is from just before the
    producer's ``send`` to the poll that returned it (one machine, one clock); also shown, from the record's commit
    time (``_timestamp``: the store's time the committing writer puts in its entry); and the commits/s achieved.
+   Each producer count runs twice (``--commit-modes``): producers blocking on ``commit_transaction()``, and
+   producers keeping up to ``max_in_flight`` commits in flight with ``commit_transaction_async()``; with the
+   producers' CPU and store requests per commit. ``TMPDIR=/dev/shm`` puts the folder on tmpfs (no disk syncs).
 
     python bench/bench_latency.py [--commits 1,10,40] [--rounds 3] [--seconds 20] [--interval 100] [--only 1,2]
-                                  [--producers 1,16]
+                                  [--producers 1,16] [--commit-modes blocking,async]
 
 Prints one table per measure.
 """
@@ -18,6 +21,7 @@ Prints one table per measure.
 from __future__ import annotations
 
 import argparse
+import collections
 import functools
 import multiprocessing as mp
 import os
@@ -77,7 +81,8 @@ def poll_round_trips(commits: int) -> dict[str, Any]:
 
 def _producer_main(url: str, i: int, ready: Any, go: Any, seconds: float, interval: float, out: Any,
                    pipelined: bool = False) -> None:
-    p = Producer(LatencyStore(open_store(url)), f"w{i}")
+    store = LatencyStore(open_store(url))
+    p = Producer(store, f"w{i}")
     p.init_transactions()
     with p.transaction():  # warm up: imports, encoders, the log's view
         p.send("t", [{"v": 0}], partition=i)
@@ -96,6 +101,7 @@ def _producer_main(url: str, i: int, ready: Any, go: Any, seconds: float, interv
             commit_s.append(time.monotonic() - t0)
 
     n = 0
+    store.trace.clear()
     cpu0 = time.process_time()
     while time.time() < start + seconds:
         due = start + n * interval
@@ -112,7 +118,9 @@ def _producer_main(url: str, i: int, ready: Any, go: Any, seconds: float, interv
             commit_s.append(time.monotonic() - t0)
         n += 1
     p.close()  # waits for the commits in flight
-    out.put((f"producer {i}", (commit_s, len(failed), time.process_time() - cpu0)))
+    cpu_s = time.process_time() - cpu0
+    kinds = collections.Counter(k for k, _s, _e in store.trace.events)
+    out.put((f"producer {i}", (commit_s, len(failed), cpu_s, kinds)))
 
 
 def _consumer_main(url: str, ready: Any, go: Any, seconds: float, out: Any) -> None:
@@ -168,11 +176,16 @@ def end_to_end(seconds: float, interval_ms: float, producers: int = 1, pipelined
         commit_s = sorted(x for k, v in got.items() if k.startswith("producer") for x in v[0])
         failed = sum(v[1] for k, v in got.items() if k.startswith("producer"))
         cpu_s = sum(v[2] for k, v in got.items() if k.startswith("producer"))
+        kinds: collections.Counter[str] = sum((v[3] for k, v in got.items() if k.startswith("producer")),
+                                              collections.Counter())
+        per = max(1, len(commit_s))
         from_send, from_commit, polls = got["consumer"]
         return {"producers": producers, "commits": "async" if pipelined else "blocking",
                 "wanted_per_s": producers * 1000 / interval_ms,
                 "commits_per_s": len(commit_s) / seconds, "failed": failed,
-                "producer_cpu_ms_per_commit": 1000 * cpu_s / max(1, len(commit_s)),
+                "producer_cpu_ms_per_commit": 1000 * cpu_s / per,
+                "requests_per_commit": f"{sum(kinds.values()) / per:.1f} ("
+                                       + " ".join(f"{k} {v / per:.1f}" for k, v in sorted(kinds.items())) + ")",
                 "received": len(from_send), "polls": polls,
                 "commit_p50_ms": 1000 * statistics.median(commit_s), "commit_p99_ms": 1000 * _pct(commit_s, 99),
                 "e2e_p50_ms": _pct(from_send, 50), "e2e_p99_ms": _pct(from_send, 99),

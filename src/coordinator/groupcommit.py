@@ -223,22 +223,30 @@ class GroupCommit(Serving):
         queued = False
         start = time.monotonic()
         last_seq, idle = -2, 0
+        looked = float("inf")  # the last look at the log this wait took into account (its own or another thread's)
         # waiters that saw the log stand still at the same moment do not all take over at once
         patience = IDLE_POLLS + random.randint(0, IDLE_POLLS)
         while True:
             try:
                 if wrote_intent and idle < patience:
                     with self._lock:
-                        # the records of the entry deciding req are looked for while it is proven
-                        self._read_ahead = self._records_ahead(req.id)
-                        try:
-                            self._catch_up()
-                        finally:
-                            self._read_ahead = None
+                        if self._refreshed <= looked:
+                            # (threads of one process waiting at once look in turn, not each every time)
+                            # the records of the entry deciding req are looked for while it is proven
+                            self._read_ahead = self._records_ahead(req.id)
+                            try:
+                                self._catch_up()
+                            finally:
+                                self._read_ahead = None
+                        looked = self._refreshed
                         won, result = None, self._outcome(req, since=intent_seq)
                 else:
-                    won, result, queued = self._attempt(req, intentable, queue=intentable and not wrote_intent,
-                                                        fresh=attempt == 0, fetch=not wrote_intent)
+                    self._in_try(1)
+                    try:
+                        won, result, queued = self._attempt(req, intentable, queue=intentable and not wrote_intent,
+                                                            fresh=attempt == 0, fetch=not wrote_intent)
+                    finally:
+                        self._in_try(-1)
             except CommitStateUnknownError:
                 # Did the ambiguous write land? If the log can be read, it says so; an entry that did not land
                 # decided nothing, and trying again is safe (a request is decided at most once).
@@ -466,6 +474,7 @@ class GroupCommit(Serving):
         if not self._created_is_the_logs(entry):
             return None
         self.state = scratch
+        self._appended = entry.seq
         self._remember(entry)
         decided = [i.request for i in items if i.request in self._intents]
         for rid in decided:

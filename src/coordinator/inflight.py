@@ -68,7 +68,8 @@ class InFlight:
                 try:
                     return commit()
                 except CommitStateUnknownError as exc:
-                    if attempt == UNKNOWN_RETRIES:
+                    if attempt == UNKNOWN_RETRIES or self.failed is not None:
+                        # (after an earlier failure the producer must resync anyway: no point asking again)
                         self._fail(exc)
                         raise
                 except BaseException as exc:

@@ -94,6 +94,9 @@ class Serving:
     _serving_thread: int | None
     _handed: list[HandedOver]
     _deciders: dict[int, int]
+    _trying: int
+    #: the newest entry this process created
+    _appended: int
 
     def _init_serving(self) -> None:
         self._serving_lock = threading.Lock()
@@ -102,6 +105,9 @@ class Serving:
         self._handed = []
         #: threads of this process deciding a request themselves (a try, or waiting as an intent): ident -> depth
         self._deciders = {}
+        #: of those, how many are in a try (holding the log's lock to read, create an entry and prove it)
+        self._trying = 0
+        self._appended = -1
 
     def _deciding_myself(self, delta: int) -> None:
         """Count the calling thread as starting (``+1``) or ending (``-1``) deciding a request itself."""
@@ -116,6 +122,11 @@ class Serving:
             self._deciders[me] = depth
         else:
             self._deciders.pop(me, None)
+
+    def _in_try(self, delta: int) -> None:
+        """Count the calling thread (a decider) as starting (``+1``) or ending (``-1``) a try."""
+        with self._serving_lock:
+            self._trying += delta
 
     @property
     def _deciding(self) -> bool:
@@ -150,7 +161,9 @@ class Serving:
 
     def _hand_over(self, req: Request) -> HandedOver | None:
         """Hand ``req`` to this process's serving thread, starting one when none serves but another thread of this
-        process is deciding a request itself (see the module docstring). None when none serves and none decides,
+        process is in a try of its own (see the module docstring; a thread waiting as an intent for another
+        process's serving writer does not count: the caller then joins that writer's queue too, instead of starting
+        a second writer that races it). None when none serves and none tries,
         or when the caller is the serving thread or is itself deciding a request (a hook called inside its try: it
         would wait for a thread that waits for its lock): the caller then decides ``req`` itself and is already
         counted as deciding (one step with the check, so threads arriving together do not all decide their own),
@@ -158,7 +171,10 @@ class Serving:
         start = False
         me = threading.get_ident()
         with self._serving_lock:
-            if self._serving_thread == me or me in self._deciders or not (self._serving or self._deciders):
+            if self._serving_thread == me or me in self._deciders or not (self._serving or self._trying) \
+                    or (not self._serving and self._served_by_another()):
+                # (another process serves the queue: the caller joins it rather than start a writer of this process
+                # that would race it)
                 self._count_decider(1)
                 return None
             if not self._serving:
@@ -210,6 +226,12 @@ class Serving:
         for h in handed:
             item = items.get(h.req.id)
             h.answer(None if item is None else outcome_of_item(item, entry.seq))
+
+    def _served_by_another(self) -> bool:
+        """Whether the newest entry read decided several requests and another process created it (a hint, read
+        without the lock)."""
+        seq = self.state.seq
+        return seq != self._appended and self._served(seq)
 
     def _served(self, seq: int) -> bool:
         """Whether entry ``seq`` (read) decided several requests: its writer is serving the queue."""
