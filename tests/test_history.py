@@ -1149,6 +1149,16 @@ def _at_entry_then_intent(steps: Iterator[Callable[[], None]]) -> Callable[[str]
     return injector
 
 
+def _wait_committed(url: str, txn: str) -> None:
+    """Wait until the log says ``txn`` committed (a serving thread decides a waiting intent after its own caller was
+    answered)."""
+    coord = TransactionCoordinator(open_store(url))
+    deadline = time.monotonic() + 30
+    while coord.txn_status(txn) != "committed":
+        assert time.monotonic() < deadline, f"{txn} was never committed"
+        time.sleep(0.01)
+
+
 def _expire(url: str, tid: str) -> None:
     """Expire ``tid`` (idle long enough on a clock a month ahead)."""
     coord = TransactionCoordinator(open_store(url))
@@ -1247,9 +1257,13 @@ def test_a_commit_retried_after_a_refresh_that_failed_half_way_never_answers_fro
         with other.transaction():
             other.send("u", [{"v": "first"}])
 
+    mine = p._txn
+    assert mine is not None
+
     def decide_then_expire() -> None:
-        with other.transaction():  # decides the waiting intent
+        with other.transaction():  # its writer then decides the waiting intent, maybe after answering its caller
             other.send("u", [{"v": "second"}])
+        _wait_committed(url, mine)
         _expire(url, "x")
         store.failing = True
 
