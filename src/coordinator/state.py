@@ -9,7 +9,7 @@ of commits: it grows with producers, applications, groups and partitions.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from coordinator.errors import CorruptLogError
 from coordinator.records import (
@@ -124,6 +124,26 @@ class PartitionMeta:
     last_seq: int = -1
 
 
+_R = TypeVar("_R", "PartitionMeta", "ProducerMeta")
+
+
+def _evolve(rec: _R, **changes: Any) -> _R:
+    """``dataclasses.replace`` for the state's records on the path every entry takes (applying each commit of the
+    log, in every process following it), without its per-call look at the fields: a copy of ``rec`` with
+    ``changes``. The records have no ``__post_init__`` to run.
+
+    Raises:
+        TypeError: a change names no field of the record.
+    """
+    fields = rec.__dict__
+    for k in changes:
+        if k not in fields:
+            raise TypeError(f"{type(rec).__name__} has no field {k!r}")
+    new = object.__new__(type(rec))
+    new.__dict__.update(fields, **changes)
+    return new
+
+
 def _left(left: tuple[tuple[tuple[int, int, str | None], ...], int]) -> dict[str, Any]:
     return {"fenced": left[0], "fenced_from": left[1]}
 
@@ -198,7 +218,7 @@ class CoordinatorState:
         """Record what ``entry`` did to partition record indexes, and move to it."""
         for topic, p, idx in entry.touched:
             pm = self.partition(topic, p)
-            self.partitions[(topic, p)] = replace(pm, next_idx=idx + 1, last_seq=entry.seq)
+            self.partitions[(topic, p)] = _evolve(pm, next_idx=idx + 1, last_seq=entry.seq)
         self.seq = entry.seq
         self.ts = max(self.ts, entry.ts)
         self.tokens = (*self.tokens[-(TOKENS_KEPT - 1):], entry.writer)
@@ -238,7 +258,7 @@ class CoordinatorState:
                     del self.producers[item.tid]
                     self.sequences.pop(item.tid, None)
                 else:
-                    self.producers[item.tid] = replace(meta, state=TxnState.COMPLETE_COMMIT, last_txn=item.n,
+                    self.producers[item.tid] = _evolve(meta, state=TxnState.COMPLETE_COMMIT, last_txn=item.n,
                                                        last_outcome="committed", last_reason=None, last_ts=ts)
                     if item.seqs:
                         self.sequences.setdefault(item.tid, {}).update(item.seqs)
@@ -248,7 +268,7 @@ class CoordinatorState:
             self.apps[item.app] = AppMeta(item.app, item.version, item.token, item.txn, ts, reaped)
         for part in item.parts:
             pm = self.partition(part.topic, part.partition)
-            self.partitions[(part.topic, part.partition)] = replace(pm, end=part.base + part.rows)
+            self.partitions[(part.topic, part.partition)] = _evolve(pm, end=part.base + part.rows)
         for group, topics in item.offsets.items():
             g = self.groups.setdefault(group, {})
             for topic, parts in topics.items():
