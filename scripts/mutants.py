@@ -100,7 +100,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- replaying decisions (state.py) ---------------------------------------------------------------------------
     Mutant(
         "offsets-not-advanced", "coordinator/state.py",
-        "replace(pm, end=part.base + part.rows)", "replace(pm, end=part.base)",
+        "_evolve(pm, end=part.base + part.rows)", "_evolve(pm, end=part.base)",
         (f"{_COORD}::test_commit_publishes_atomically_with_dense_offsets_in_commit_order[memory]",),
         "G4: a commit's rows do not move the partition's end, so the next commit reuses their offsets"),
     Mutant(
@@ -248,15 +248,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "G7: a commit decided before its id expired and was initialised again (new pid) is answered fenced"),
     Mutant(
         "hook-inside-a-try-hands-over", "coordinator/serving.py",
-        "if self._serving_thread == me or me in self._deciders or not (self._serving or self._trying):",
-        "if self._serving_thread == me or not (self._serving or self._trying):",
+        "if self._serving_thread == me or me in self._deciders or not (self._serving or self._trying)",
+        "if self._serving_thread == me or not (self._serving or self._trying)",
         ("tests/test_serving.py::test_a_request_made_inside_a_try_of_the_same_thread_is_decided_there_not_handed_"
          "over[memory]",),
         "liveness: a request made inside a try of the same thread waits for a serving thread that waits for its lock"),
     Mutant(
         "threads-take-the-log-in-turn", "coordinator/serving.py",
-        "if self._serving_thread == me or me in self._deciders or not (self._serving or self._trying):",
-        "if self._serving_thread == me or me in self._deciders or not self._serving:",
+        "if self._serving_thread == me or me in self._deciders or not (self._serving or self._trying)",
+        "if self._serving_thread == me or me in self._deciders or not self._serving",
         ("tests/test_serving.py::test_threads_of_one_process_share_entries_instead_of_taking_the_log_lock_in_turn"
          "[memory]",),
         "throughput: threads of one process sharing a coordinator take the log's lock in turn, one entry each"),
@@ -303,8 +303,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "G7: a retry whose refresh fails says StoreError (not decided) for a request an earlier try may have decided"),
     Mutant(
         "serving-thread-hands-to-itself", "coordinator/serving.py",
-        "if self._serving_thread == me or me in self._deciders or not (self._serving or self._trying):",
-        "if me in self._deciders or not (self._serving or self._trying):",
+        "if self._serving_thread == me or me in self._deciders or not (self._serving or self._trying)",
+        "if me in self._deciders or not (self._serving or self._trying)",
         ("tests/test_serving.py::test_the_serving_thread_never_hands_a_request_to_itself[memory]",),
         "liveness: a request submitted on the serving thread waits for that thread (itself) until the budget ends"),
     Mutant(

@@ -169,6 +169,15 @@ class SlowEntries(LostReplyStore):
         return None
 
 
+def _committed_once(store: Store, config: ProducerConfig | None = None) -> Producer:
+    """Producer ``p``, initialised, having committed row 0 to partition 0."""
+    p = Producer(store, "p", config=config)
+    p.init_transactions()
+    with p.transaction():
+        p.send("t", rows([0], "first"), partition=0)
+    return p
+
+
 def test_async_commits_are_decided_in_order_and_each_follows_the_one_before(backend: Backend) -> None:
     make_topic(backend.open(), partitions=2)
     store = SlowEntries(backend.open(), delay=0.1)
@@ -199,10 +208,7 @@ def test_async_commits_are_decided_in_order_and_each_follows_the_one_before(back
 def test_a_failed_async_commit_aborts_every_later_one_in_flight_and_the_producer_resyncs(backend: Backend) -> None:
     make_topic(backend.open(), partitions=1)
     store = SlowEntries(backend.open(), delay=0.4)
-    p = Producer(store, "p", config=ProducerConfig(transaction_timeout_ms=2_000))
-    p.init_transactions()
-    with p.transaction():
-        p.send("t", rows([0], "first"), partition=0)
+    p = _committed_once(store, ProducerConfig(transaction_timeout_ms=2_000))
     store.slow = True
     p.begin_transaction()
     p.send("t", rows([1], "late"), partition=0)
@@ -231,10 +237,7 @@ def test_a_failed_async_commit_aborts_every_later_one_in_flight_and_the_producer
 def test_a_fenced_async_commit_fences_the_producer(backend: Backend) -> None:
     make_topic(backend.open(), partitions=1)
     store = SlowEntries(backend.open(), delay=0.4)
-    p = Producer(store, "p")
-    p.init_transactions()
-    with p.transaction():
-        p.send("t", rows([0], "first"), partition=0)
+    p = _committed_once(store)
     p.begin_transaction()
     p.send("t", rows([1], "zombie"), partition=0)
     Producer(backend.open(), "p").init_transactions()  # a new instance takes over
@@ -262,10 +265,7 @@ def test_an_async_commit_whose_entry_reply_is_lost_learns_it_committed(backend: 
     request is decided at most once) instead of failing the pipeline."""
     make_topic(backend.open(), partitions=1)
     store = LoseFirstEntryReply(backend.open())
-    p = Producer(store, "p")
-    p.init_transactions()
-    with p.transaction():
-        p.send("t", rows([0], "first"), partition=0)
+    p = _committed_once(store)
     store.armed = True
     p.begin_transaction()
     p.send("t", rows([1], "lost reply"), partition=0)

@@ -449,8 +449,9 @@ class GroupCommit(Serving):
         while todo:
             # a pipelined request waiting for an earlier one of this batch is decided after it, in the same entry
             waiting = [r for r in todo if waits(r, scratch)]
+            later = {id(r) for r in waiting}
             for r in todo:
-                if r in waiting:
+                if id(r) in later:
                     continue
                 item = decide(r, scratch, ts)
                 if item is None:

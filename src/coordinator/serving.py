@@ -9,10 +9,13 @@ is answered with its decision (its entry proven the log's, its records written, 
 when serving stops before deciding it (the caller then tries itself, as it would have), or given the error of an
 entry whose outcome is unknown (the caller then learns its outcome from the log).
 
-Threads of one process share entries the same way. A request made while another thread of the process is deciding
-one itself (its lock held for a whole try: a read, a conditional write and its proof) starts the serving thread if
+Threads of one process share entries the same way. A request made while another thread of the process is in a try
+of its own (its lock held for a whole try: a read, a conditional write and its proof) starts the serving thread if
 none serves, and is handed to it: the requests of a process's threads then go into one entry per round instead of
-taking the log's lock in turn, one entry each.
+taking the log's lock in turn, one entry each. A request made while the process's other threads only wait as
+intents, or while another process serves the queue (the newest entry decided several requests and was not this
+process's), joins that queue instead: a serving thread here would race the writer already serving it, and read
+every intent a second time.
 
 Nothing here decides anything differently: the thread builds entries exactly as the caller would have, under the
 same lock, and a request is decided only by an entry the log proves.
