@@ -885,6 +885,8 @@ def test_a_request_decided_by_another_writer_while_its_process_stalled_is_never_
     def others_decide_expire_and_truncate() -> None:
         with busy.transaction():  # its writer serves the waiting intent in the same or the next entry
             busy.send("t", [{"v": "busy"}])
+        assert stalled._txn is not None
+        _wait_committed(url, stalled._txn)  # (the next entry's writer may answer its own caller first)
         assert "stalled" in _values(url), "the other writer did not decide the waiting commit"
         assert later_coord.expire_transactional_ids(now=_days_ahead())
         later = Producer(open_store(url), "later", coordinator=later_coord)
