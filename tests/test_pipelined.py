@@ -207,7 +207,8 @@ def test_async_commits_are_decided_in_order_and_each_follows_the_one_before(back
 
 def test_a_failed_async_commit_aborts_every_later_one_in_flight_and_the_producer_resyncs(backend: Backend) -> None:
     make_topic(backend.open(), partitions=1)
-    store = SlowEntries(backend.open(), delay=0.4)
+    # (the late commit's entry is slow enough that the two after it are sent while it is in flight, even under load)
+    store = SlowEntries(backend.open(), delay=1.0)
     p = _committed_once(store, ProducerConfig(transaction_timeout_ms=2_000))
     store.slow = True
     p.begin_transaction()
