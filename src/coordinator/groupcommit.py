@@ -390,11 +390,11 @@ class GroupCommit(Serving):
                 return None, got, False
             if queue and self._undecided(names, req.id):
                 return None, None, True
-            others = self._waiting(names, req.id) if fetch else self._known_waiting(names, req.id)
             if waits(req, self.state):
                 # a pipelined request whose earlier transaction is still undecided: it waits as an intent, decided
                 # with or after that one by whoever decides it (never answered "noop")
                 return None, None, True
+            others = self._waiting(names, req.id) if fetch else self._known_waiting(names, req.id)
             if decide(req, self.state.copy(), max(_now_ms(self.store), self.state.ts)) is None:
                 return None, Outcome("noop", reason=f"request {req.id} has nothing left to decide"), False
             # from here on the request may be decided by an entry after the view (a create whose reply is lost, a

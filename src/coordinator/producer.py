@@ -72,6 +72,7 @@ from coordinator.topics import TopicMeta
 
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 
+
 @dataclass(frozen=True)
 class ProducerConfig:
     """Producer settings (see ``conf/txnlog.defaults.toml``)."""
