@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, TypeVar
 
+from coordinator import faults
 from coordinator.errors import AlreadyCommittedError, CommitStateUnknownError
 
 if TYPE_CHECKING:
@@ -59,11 +60,17 @@ class InFlight:
 
     def submit(self, commit: Callable[[], T]) -> Future[T]:
         """Run ``commit`` on a thread of its own; an outcome not learned is asked again (a request is decided at
-        most once, so asking again is safe); the first failure is kept in :attr:`failed`."""
+        most once, so asking again is safe); the first failure is kept in :attr:`failed`. The calling thread's
+        fault injector (:mod:`coordinator.faults`) is carried into the commit's thread."""
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.max_in_flight, thread_name_prefix=f"txnlog-commit-{self._name}")
+        injector = faults.current()
 
         def run() -> T:
+            with faults.injected(injector):
+                return attempts()
+
+        def attempts() -> T:
             for attempt in range(UNKNOWN_RETRIES + 1):
                 try:
                     return commit()

@@ -54,7 +54,9 @@ class TxnOp:
     ``zombie`` marks an attempt by a producer whose epoch had already been superseded; ``retry_of`` names the
     transaction a zombie retried. ``kind`` is ``producer``, ``ctp``, ``batch-job`` or ``stream-batch``;
     ``followups`` what the caller's error path did and got (``commit again: ok``, ``abort: AlreadyCommittedError:
-    ...``); ``assigned`` the offsets the commit's reply gave, per partition (first, end)."""
+    ...``); ``assigned`` the offsets the commit's reply gave, per partition (first, end); ``after`` the
+    transaction of the same producer whose commit was still in flight when this one was sent (``commit_transaction_
+    async``): this one may be visible only if that one is."""
 
     id: str
     tid: str
@@ -72,6 +74,7 @@ class TxnOp:
     kind: str = "producer"
     followups: list[str] = field(default_factory=list)
     assigned: dict[TP, tuple[int, int]] = field(default_factory=dict)
+    after: str | None = None
 
     def values(self) -> list[str]:
         return [v for vs in self.writes.values() for v in vs]
@@ -298,7 +301,8 @@ def explained(h: History, op: TxnOp | ReadOp | MiscOp, error: str, context: str 
       reader that overlapped a truncation and ran longer than its grace period;
     * an ``OffsetOutOfRangeError`` naming a partition whose log start retention moved;
     * an ``InvalidTxnStateError`` refusing a stream attempt that GC reaped;
-    * an ``AlreadyCommittedError`` answering the abort of a transaction that turned out committed.
+    * an ``AlreadyCommittedError`` answering the abort of a transaction that turned out committed;
+    * a ``TransactionAbortedError`` of a commit (or a next call) behind a commit in flight that had failed.
     """
     cls, _, msg = error.partition(": ")
     if cls in EXPECTED_ERRORS:
@@ -327,6 +331,12 @@ def explained(h: History, op: TxnOp | ReadOp | MiscOp, error: str, context: str 
             any(m.error and m.detail.startswith(("gc", "maintain")) and m.start < op.end for m in misc)
     if cls == "AlreadyCommittedError":
         return isinstance(op, TxnOp) and op.outcome == OK
+    if cls == "TransactionAbortedError" and isinstance(op, TxnOp):
+        # behind a commit of its producer in flight that failed (that one's own error is judged on its own)
+        failed = [t for t in h.txns() if t.tid == op.tid and t.gen == op.gen and t.error and t.start < op.start]
+        if "which it follows, was not committed" in msg:
+            return any(t.id == op.after and t.outcome != OK for t in failed)
+        return msg.startswith("a commit in flight failed") and bool(failed)
     return False
 
 
@@ -485,6 +495,28 @@ def torn(h: History) -> list[str]:
             if missing:
                 out.append(f"read {w.read.id} holds {len(want) - len(missing)} of {len(want)} values of {op.id} "
                            f"({op.outcome}), missing {missing[0]}")
+    return out
+
+
+def pipelined_order(h: History) -> list[str]:
+    """A complete view holds a transaction committed behind an earlier one of its producer (``after``) but not that
+    earlier one: the log commits a pipelined transaction only once the one before it committed. (Values below the
+    view's log start, or that a damaged entry held the only copy of, are excused as in :func:`lost_writes`.)"""
+    by_id = {op.id: op for op in h.txns()}
+    where, known = _where(h), known_offsets(h)
+    sole = {v for o in h.misc() if o.kind == "damage" for v in o.sole}
+    out = []
+    for w in views(h):
+        present = {v for _t, _p, _o, v in w.records}
+        for op in h.txns():
+            before = by_id.get(op.after) if op.after else None
+            if before is None or not any(v in present for v in op.values()):
+                continue
+            missing = [v for v in before.values() if w.covers(where[v]) and v not in present and v not in sole
+                       and not _retained(known, w.floors, where[v], v)]
+            if missing:
+                out.append(f"read {w.read.id} holds {op.id}, committed behind {before.id} ({before.outcome}), but "
+                           f"not {missing[0]} of it")
     return out
 
 
@@ -690,6 +722,7 @@ RULES: dict[str, Callable[[History], list[str]]] = {
     "gap": gaps,
     "order": order,
     "torn-transaction": torn,
+    "pipelined-order": pipelined_order,
     "group-offsets": group_offsets,
     "fencing": fencing,
     "unstable-snapshot": unstable_snapshots,

@@ -94,7 +94,8 @@ class Summary:
                    else "-")
         return (f"histories={self.histories} operations={self.operations} faults={self.faults} "
                 f"anomalies={len(self.anomalies)} faults_by_kind={kinds} pauses={len(self.pauses)} "
-                f"pause_s={lengths}")
+                f"pause_s={lengths}" + (f" pipelined_commits={self.by_kind['pipelined']} aborted_behind_a_failed_one="
+                                        f"{self.by_kind['pipelined-aborted']}" if self.by_kind["pipelined"] else ""))
 
     def details(self) -> list[str]:
         return [f"  {a.kind} (reproduce with --seed {a.seed} --histories 1): {a.detail}" for a in self.anomalies]
@@ -222,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="open a store that ignores conditional writes through this writing path in every history")
     ap.add_argument("--damage-log", action="store_true",
                     help="overwrite a log entry before the operator's repair (reported until a repair exists)")
+    ap.add_argument("--async-commits", type=float, default=None, metavar="SHARE",
+                    help="send this share of producer commits with commit_transaction_async (pipelined)")
     ap.add_argument("--long", action="store_true",
                     help="the long mode: 1,000 histories, 40 steps, fault rate 0.05 (unless given)")
     args = ap.parse_args(argv)
@@ -248,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         fixed["lying"] = args.lying
     if args.damage_log:
         fixed["damage_log"] = True
+    if args.async_commits is not None:
+        fixed["async_commits"] = args.async_commits
     summary = run(args.seed, args.histories, args.store, args.fault_rate, processes=args.processes,
                   steps=args.steps, avoid=frozenset(avoid), dump=args.dump, **fixed)
     print(summary.line() + (f" seconds={summary.seconds:.1f}" if args.time else ""))

@@ -27,6 +27,7 @@ import builtins
 import hashlib
 import re
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -152,11 +153,19 @@ class FaultyStore(Store):
     """A real store whose calls fail at the plan's error rate (and whose conditional writes lose replies at its
     lost-reply rate), and pause at its pause rate; see the module docstring."""
 
-    def __init__(self, inner: Store, plan: FaultPlan, *, avoid_intent_errors: bool = False) -> None:
+    def __init__(self, inner: Store, plan: FaultPlan, *, avoid_intent_errors: bool = False,
+                 txn_write_latency_s: float = 0.0) -> None:
         super().__init__(inner.url)
         self.inner, self.plan = inner, plan
         #: an intent put never fails after it was applied (a known defect's trigger, see ``KNOWN_DEFECTS``)
         self.avoid_intent_errors = avoid_intent_errors
+        #: each write under ``_txn/`` takes at least this long (an object store's latency: commits stay in flight
+        #: long enough for the next ones to be sent behind them)
+        self.txn_write_latency_s = txn_write_latency_s
+
+    def _latency(self, path: str) -> None:
+        if self.txn_write_latency_s and path.startswith("_txn/"):
+            time.sleep(self.txn_write_latency_s)
 
     def _pause_at(self, kind: str, path: str) -> str | None:
         """When this call pauses: ``before`` or ``after`` the backend applies it, ``inside`` a local conditional
@@ -210,6 +219,7 @@ class FaultyStore(Store):
         return StoreError(f"{INJECTED}: {kind} of {path!r} {how}")
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
+        self._latency(path)
         return bool(self._paused("put_if_absent", path, lambda: self._put_if_absent(path, data)))
 
     def _put_if_absent(self, path: str, data: bytes) -> bool:
@@ -230,6 +240,7 @@ class FaultyStore(Store):
         return created
 
     def put(self, path: str, data: bytes) -> None:
+        self._latency(path)
         self._paused("put", path, lambda: self._put(path, data))
 
     def _put(self, path: str, data: bytes) -> None:

@@ -49,6 +49,8 @@ import traceback
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from concurrent.futures import wait as wait_futures
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,6 +69,7 @@ from coordinator import (
     ProducerFencedError,
     Snapshot,
     Store,
+    TransactionAbortedError,
     TransactionCoordinator,
     TxnLogError,
     create_topic,
@@ -261,6 +264,7 @@ class WorkerSpec:
     pause_rate: float = 0.0
     clock_skew_ms: int = 0
     damage_checkpoint: bool = False
+    async_commits: float = 0.0
 
 
 @dataclass
@@ -279,6 +283,17 @@ class Proc:
     gen: int
     consumer: Consumer | None = None
     session: str | None = None
+    #: commits sent with ``commit_transaction_async`` whose futures the worker has not looked at yet
+    futures: list[tuple[TxnOp, Future[Any]]] = field(default_factory=list)
+    #: what those futures said undecided (refused, or the store failed first): aborted by the next resync
+    undecided: list[TxnOp] = field(default_factory=list)
+    #: the last commit sent async since the producer last aborted or initialised: the next commit follows it
+    behind: TxnOp | None = None
+    #: the process died in a commit's thread (the worker replaces it at its next step)
+    died: TxnOp | None = None
+    #: the process ever sent a commit async (it is then never kept as a zombie: a zombie's first call would
+    #: answer for its failed commits in flight, not with ProducerFencedError)
+    pipelined: bool = False
 
 
 @dataclass
@@ -321,6 +336,8 @@ class Worker:
         self.procs: dict[str, Proc] = {}
         self.txn_no: dict[str, int] = dict.fromkeys(self.tids, 0)
         self.zombies: list[Zombie] = []
+        #: replaced processes (their commits in flight may still be decided)
+        self.gone: list[Proc] = []
         self.readers: dict[bool, tuple[Store, TransactionCoordinator]] = {}
         self.sessions: dict[tuple[str, bool], tuple[str, Consumer]] = {}
         self.pinned: list[tuple[Snapshot, str, tuple[str, ...]]] = []
@@ -347,7 +364,8 @@ class Worker:
     def store(self) -> Store:
         """A new connection of a new or running process: the real backend behind the fault plan."""
         inner = PausingLocalStore.of(open_store(self.spec.url, self.spec.options))
-        return FaultyStore(inner, self.plan, avoid_intent_errors="intent-put" in self.spec.avoid)
+        return FaultyStore(inner, self.plan, avoid_intent_errors="intent-put" in self.spec.avoid,
+                           txn_write_latency_s=0.02 if self.spec.async_commits else 0.0)
 
     def host_ms(self) -> int:
         """This process's wall clock (ms): the host's, skewed by :attr:`clock_skew_ms`."""
@@ -426,7 +444,9 @@ class Worker:
 
     def replace(self, tid: str, *, zombie_op: TxnOp | None, keep_zombie: bool) -> None:
         old = self.procs.pop(tid)
-        if keep_zombie and old.producer.identity is not None and self.rng.random() < self.spec.zombie_rate:
+        self.gone.append(old)  # its commits in flight go on: their outcomes are looked at in the end
+        if keep_zombie and not old.pipelined and old.producer.identity is not None and \
+                self.rng.random() < self.spec.zombie_rate:
             self.zombies.append(Zombie(old.producer, tid, old.gen, zombie_op))
         self.start(tid, old.gen + 1)
 
@@ -452,6 +472,7 @@ class Worker:
                 self.rng.choices(fns, weights)[0]()
         with self.no_faults():
             self.finish_queries()
+            self.finish_commits()
         # Derived work its processes started in the background (records, checkpoints) carries the injector and
         # may still fire a crash or a maintenance race: it ends before this worker does, and so before the final
         # read, which a maintenance pass with a zero grace period would otherwise race.
@@ -461,11 +482,14 @@ class Worker:
 
     # -- producer transactions --------------------------------------------------------------------------------
 
-    def txn(self) -> None:
-        tid = self.rng.choice([t for t in self.tids if t != "ctp"])
-        proc = self.procs[tid]
+    def txn(self, tid: str | None = None) -> None:
+        """One producer transaction of ``tid`` (drawn when None); after a commit sent async, often another of
+        the same producer at once, behind it."""
+        tid = tid or self.rng.choice([t for t in self.tids if t != "ctp"])
+        proc = self._alive(tid)
         op = self._new_txn(tid, proc.gen)
         abort = self.rng.random() < 0.15
+        burst = False
         try:
             proc.producer.begin_transaction()
             for _ in range(self.rng.randint(1, 4)):
@@ -474,14 +498,86 @@ class Worker:
                 self._send(proc.producer, op, topic, part, self.rng.randint(1, 3))
             if abort:
                 op.outcome = FAILED
+                proc.behind = None  # (a commit in flight that failed makes this abort resync the producer)
                 proc.producer.abort_transaction()
+                self._resynced(proc)
+            elif self.spec.async_commits and self.rng.random() < self.spec.async_commits:
+                self._commit_async(proc, op)
+                burst = self.rng.random() < 0.75
             else:
                 self._commit(proc.producer, op)
         except InjectedCrash as exc:
             self._crashed(tid, op, exc)
         except Exception as exc:
             self._recover(tid, op, exc, aborting=op.outcome == FAILED)  # the abort itself failed
-        op.end = now()
+        op.end = max(op.end, now())
+        if burst:
+            self.txn(tid)
+
+    # -- commits in flight (``commit_transaction_async``) -------------------------------------------------------
+
+    def _commit_async(self, proc: Proc, op: TxnOp) -> None:
+        """Send ``op``'s commit without waiting: its future is looked at in a later step (:meth:`_collect`)."""
+        op.commit_start = now()
+        op.after = proc.behind.id if proc.behind is not None else None
+        proc.pipelined = True
+        fut = proc.producer.commit_transaction_async()
+        if op.after is not None:
+            self.plan.hit("pipelined")  # (perhaps decided before it was sent: then not pipelined after all)
+        proc.behind = op
+        fut.add_done_callback(lambda _f: setattr(op, "end", max(op.end, now())))  # when it was answered
+        proc.futures.append((op, fut))
+
+    def _alive(self, tid: str) -> Proc:
+        """``tid``'s process, after looking at the commits it had in flight; a new process if it died in one."""
+        proc = self.procs[tid]
+        self._collect(proc)
+        if proc.died is not None:
+            self.replace(tid, zombie_op=None, keep_zombie=False)
+            proc = self.procs[tid]
+        return proc
+
+    def _collect(self, proc: Proc, *, timeout: float | None = 0) -> None:
+        """Record the outcomes of ``proc``'s commits in flight that are answered (waiting up to ``timeout``)."""
+        if timeout != 0 and proc.futures:
+            wait_futures([f for _op, f in proc.futures], timeout=timeout)
+        for op, fut in [(op, f) for op, f in proc.futures if f.done()]:
+            proc.futures.remove((op, fut))
+            op.end = max(op.end, now())  # (its answer's callback may not have run yet)
+            exc = fut.exception()
+            if exc is None:
+                op.outcome, op.assigned = OK, dict(fut.result().offsets)
+                continue
+            op.error = err(exc)
+            if isinstance(exc, InjectedCrash):
+                proc.died = proc.died or op
+            elif isinstance(exc, TransactionAbortedError | ProducerFencedError):
+                op.outcome = FAILED  # decided aborted (behind a failed one, or timed out), or fenced
+                if "which it follows" in op.error:
+                    self.plan.hit("pipelined-aborted")
+            elif not isinstance(exc, CommitStateUnknownError):
+                proc.undecided.append(op)  # refused undecided, or not sent: aborted by the resync
+
+    def _resynced(self, proc: Proc) -> None:
+        """The producer aborted (after a commit in flight failed: resynced) or took a new epoch: what its commits
+        in flight left undecided can never commit."""
+        self._collect(proc)
+        for op in proc.undecided:
+            op.outcome = FAILED
+            op.followups.append("aborted by the resync -> ok")
+        proc.undecided.clear()
+        proc.behind = None
+
+    def finish_commits(self) -> None:
+        """Replace the processes that died in a commit's thread (the new epoch fences what waited behind that
+        commit), then record the outcomes of every commit in flight, of live and replaced processes."""
+        for tid in list(self.procs):
+            if self.procs[tid].died is None:
+                self._collect(self.procs[tid])
+            if self.procs[tid].died is not None:
+                self.replace(tid, zombie_op=None, keep_zombie=False)
+        for proc in [*self.procs.values(), *self.gone]:
+            self._collect(proc, timeout=180.0)
 
     def _new_txn(self, tid: str, gen: int, *, zombie: bool = False, kind: str = "producer") -> TxnOp:
         self.txn_no[tid] = self.txn_no.get(tid, 0) + 1
@@ -510,6 +606,9 @@ class Worker:
     def _commit(self, producer: Producer, op: TxnOp) -> None:
         if op.commit_start is None:
             op.commit_start = now()
+        proc = self.procs[op.tid]
+        if proc.producer is producer and proc.behind is not None:
+            op.after, proc.behind = proc.behind.id, None
         result = producer.commit_transaction()
         op.outcome = OK
         op.assigned = dict(result.offsets)
@@ -552,6 +651,7 @@ class Worker:
         ``init_transactions()``, and the outcome is what these answer: committed, aborted, or (after an init, or a
         fenced abort) unknown."""
         p = self.procs[tid].producer
+        self.procs[tid].behind = None
         op.error = op.error or err(exc)
         try:
             if isinstance(exc, ProducerFencedError):
@@ -564,6 +664,8 @@ class Worker:
                 again = not aborting or isinstance(exc, CommitStateUnknownError)
                 if not again or self._follow(op, "abort", p.abort_transaction) is not None:
                     self._reinit(tid, op)
+                else:
+                    self._resynced(self.procs[tid])
                 return
             op.outcome = UNKNOWN
             plan = self.rng.choice(["commit", "commit", "abort", "init"])
@@ -582,6 +684,7 @@ class Worker:
                 got = self._follow(op, "abort", p.abort_transaction)
                 if got is None:
                     op.outcome = FAILED
+                    self._resynced(self.procs[tid])
                     return
                 if isinstance(got, AlreadyCommittedError):
                     op.outcome = OK
@@ -598,6 +701,8 @@ class Worker:
         fails too, in a new process."""
         if self._follow(op, "init_transactions", self.procs[tid].producer.init_transactions) is not None:
             self.replace(tid, zombie_op=None, keep_zombie=False)
+        else:
+            self._resynced(self.procs[tid])
         proc = self.procs[tid]
         proc.consumer = None  # a consume-transform-produce step rewinds to the committed offsets
 
@@ -1348,6 +1453,8 @@ class HistoryParams:
     damage_checkpoint: bool = False
     #: a log entry is overwritten at the end, before the operator's repair (a switch: no repair exists yet)
     damage_log: bool = False
+    #: share of producer commits sent with ``commit_transaction_async`` (pipelined behind the ones in flight)
+    async_commits: float = 0.0
 
     def describe(self) -> str:
         kind = "processes" if self.processes else "threads"
@@ -1362,6 +1469,7 @@ class HistoryParams:
                 + (f" lying={self.lying}" if self.lying else "")
                 + (" damage_checkpoint" if self.damage_checkpoint else "")
                 + (" damage_log" if self.damage_log else "")
+                + (f" async_commits={self.async_commits:g}" if self.async_commits else "")
                 + (f" avoided={sorted(self.avoid)}" if self.avoid else ""))
 
     def skew(self, w: int) -> int:
@@ -1441,7 +1549,8 @@ def _run_history(params: HistoryParams) -> History:
                         read_only_rate=params.read_only_rate, maintenance=params.maintenance and solo(w),
                         damage=params.damage and w == 0, sinks=params.sinks, streams=params.streams,
                         avoid=params.avoid, pause_rate=params.pause_rate, clock_skew_ms=params.skew(w),
-                        damage_checkpoint=params.damage_checkpoint and w == 0)
+                        damage_checkpoint=params.damage_checkpoint and w == 0,
+                        async_commits=params.async_commits)
              for w in range(params.workers)]
     results: list[WorkerResult] = []
     stops: list[MiscOp] = []
