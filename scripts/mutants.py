@@ -295,6 +295,14 @@ MUTANTS: tuple[Mutant, ...] = (
          "[memory-processes]",),
         "G5: a pipelined commit whose earlier transaction is undecided is answered as having nothing to decide"),
     Mutant(
+        "pipelined-waiter-serves-nobody", "coordinator/groupcommit.py",
+        "                if not (queue or fetch):\n",
+        "                if False:\n",
+        ("tests/test_pipelined.py::test_a_commit_behind_one_refused_undecided_is_decided_though_that_ones_abort_first_"
+         "fails[memory-12]",),
+        "G6: a commit pipelined behind one refused undecided waits out its budget: the abort deciding that one is an "
+        "intent only waiters are left to decide"),
+    Mutant(
         "retry-store-error-says-undecided", "coordinator/groupcommit.py",
         "                if tried:  # not",
         "                if False:  # not",

@@ -14,11 +14,13 @@ import pytest
 
 from coordinator import (
     InvalidOptionError,
+    OutOfOrderSequenceError,
     Producer,
     ProducerConfig,
     ProducerFencedError,
     SegmentRef,
     Store,
+    StoreError,
     TransactionAbortedError,
     TransactionCoordinator,
     TransactionTimedOutError,
@@ -304,3 +306,54 @@ def test_a_pipelined_intent_whose_earlier_transaction_never_came_never_commits(b
     assert coord.txn_status(ident.txn_id(2)) != "committed"
     assert committed_ids(backend) == [0, 100, 101, 102, 103]
     other.close()
+
+
+class FailEntriesNaming(SlowEntries):
+    """:class:`SlowEntries` that also refuses (not applied: ``StoreError``) the next ``failures`` log entries that
+    would decide the abort request of ``txn``."""
+
+    def __init__(self, inner: Store, delay: float) -> None:
+        super().__init__(inner, delay)
+        self.txn = ""
+        self.failures = 0
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        if self.failures and path.startswith(TXN_LOG + "/") and f'"request":"x-{self.txn}"'.encode() in data:
+            self.failures -= 1
+            raise StoreError(f"injected: the conditional write of {path} failed")
+        return super().put_if_absent(path, data)
+
+
+@pytest.mark.parametrize("failures", [2, 12])
+def test_a_commit_behind_one_refused_undecided_is_decided_though_that_ones_abort_first_fails(
+        backend: Backend, failures: int) -> None:
+    """Commit 2 is refused without a decision (its sequence numbers skip one), and every entry that would decide
+    the abort that follows fails on the store, twice, or more times than the abort is tried (12): the abort's
+    intent is decided once the store lets it, by the abort's own retries or by commit 3, which waits behind 2 and
+    serves the queue when the log stands still. So 3 is decided (aborted) within seconds instead of waiting out its
+    budget, and nothing of 2 or 3 becomes visible."""
+    make_topic(backend.open(), partitions=1)
+    store = FailEntriesNaming(backend.open(), delay=0.5)
+    p = _committed_once(store)
+    store.slow = True
+    futures = {}
+    for i in (1, 2, 3):
+        p.begin_transaction()
+        if i == 2:
+            p._next_seq[("t", 0)] += 5  # a gap: the log refuses this commit without deciding it
+            assert p.identity is not None
+            store.txn, store.failures = p.identity.txn_id(2), failures
+        p.send("t", rows([i], f"txn{i}"), partition=0)
+        futures[i] = p.commit_transaction_async()
+    assert futures[1].result(60).commit_seq >= 0
+    with pytest.raises(OutOfOrderSequenceError):
+        futures[2].result(60)
+    with pytest.raises(TransactionAbortedError, match="which it follows, was not committed"):
+        futures[3].result(30)  # (its budget is 120 s)
+    assert store.failures == 0, "the abort of the refused commit did not fail as arranged"
+    store.slow = False
+    p.abort_transaction()  # the caller's error path: resync
+    with p.transaction():
+        p.send("t", rows([4], "after"), partition=0)
+    assert committed_ids(backend) == [0, 1, 4]
+    p.close()

@@ -392,7 +392,10 @@ class GroupCommit(Serving):
                 return None, None, True
             if waits(req, self.state):
                 # a pipelined request whose earlier transaction is still undecided: it waits as an intent, decided
-                # with or after that one by whoever decides it (never answered "noop")
+                # with or after that one by whoever decides it (never answered "noop"). One taking over an idle
+                # log serves the queue meanwhile: what it waits for may be an intent nobody else is left to decide
+                if not (queue or fetch):
+                    self._serve_in_background()
                 return None, None, True
             others = self._waiting(names, req.id) if fetch else self._known_waiting(names, req.id)
             if decide(req, self.state.copy(), max(_now_ms(self.store), self.state.ts)) is None:

@@ -13,21 +13,26 @@ the commits of one producer (and of the producers sharing the coordinator) go in
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, TypeVar
 
 from coordinator import faults
-from coordinator.errors import AlreadyCommittedError, CommitStateUnknownError
+from coordinator.errors import AlreadyCommittedError, CommitStateUnknownError, TxnLogError
+from coordinator.store import StoreError
 
 if TYPE_CHECKING:
     from coordinator.coordinator import ProducerIdentity, TransactionCoordinator
+    from coordinator.records import SegmentRef
 
 T = TypeVar("T")
 
 #: A commit in flight whose outcome could not be learned is asked again this many times before its future says so.
 UNKNOWN_RETRIES = 3
+#: Tries of the abort of a commit in flight refused undecided (the ones behind it wait for its decision).
+ABORT_TRIES = 4
 
 
 class InFlight:
@@ -136,3 +141,21 @@ def resync(coordinator: TransactionCoordinator, ident: ProducerIdentity, next_n:
                 pass
     st = coordinator.log.refresh()
     return {(t, p): st.last_sequence(ident.tid, t, p) + 1 for t, p in keys}
+
+
+def abort_undecided(coordinator: TransactionCoordinator, ident: ProducerIdentity, txn: str,
+                    staged: list[SegmentRef], *, pipelined: bool) -> bool:
+    """Abort ``txn``, a commit in flight that was refused without a decision (a sequence gap, a topic gone) or not
+    sent (the store failed first), so that the commits pipelined behind it are decided at once instead of waiting
+    for it until their budget runs out. A store failure is tried again, with backoff, up to :data:`ABORT_TRIES`
+    times. Returns whether the log now holds a decision (False: the producer's resync aborts it later). Never
+    raises: the commit's own error is what its caller is told."""
+    for attempt in range(ABORT_TRIES):
+        try:
+            coordinator.abort(ident, txn, staged=staged, pipelined=pipelined)
+            return True
+        except (StoreError, CommitStateUnknownError):
+            time.sleep(0.05 * 2 ** attempt)
+        except TxnLogError:
+            return True  # decided already (committed, aborted) or fenced: nothing waits for this abort
+    return False

@@ -33,7 +33,6 @@ retry the call; ``abort_transaction()`` and begin again; or create a new produce
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
@@ -58,7 +57,7 @@ from coordinator.errors import (
     TransactionAbortedError,
     TxnLogError,
 )
-from coordinator.inflight import InFlight, resync
+from coordinator.inflight import InFlight, abort_undecided, resync
 from coordinator.layout import check_name
 from coordinator.partitioner import legacy_partition
 from coordinator.records import SegmentRef
@@ -295,10 +294,7 @@ class Producer(Sending):
             except (InvalidTxnStateError, OutOfOrderSequenceError, TopicNotFoundError, StoreError,
                     ConcurrentCommitError) as exc:
                 if not isinstance(exc, TransactionAbortedError):
-                    # refused undecided (a sequence gap, a topic gone) or not sent (the store failed first): abort
-                    # it, so the commits after it in flight are decided at once instead of waiting for it
-                    with contextlib.suppress(TxnLogError):
-                        self.coordinator.abort(ident, txn, staged=staged, pipelined=pipelined)
+                    abort_undecided(self.coordinator, ident, txn, staged, pipelined=pipelined)
                 raise
             if opened:
                 self.coordinator.close_transaction(txn)

@@ -94,7 +94,8 @@ class Summary:
                    else "-")
         return (f"histories={self.histories} operations={self.operations} faults={self.faults} "
                 f"anomalies={len(self.anomalies)} faults_by_kind={kinds} pauses={len(self.pauses)} "
-                f"pause_s={lengths}" + (f" pipelined_commits={self.by_kind['pipelined']} aborted_behind_a_failed_one="
+                f"pause_s={lengths}" + (f" pipelined_commits={self.by_kind['pipelined']} failed_in_flight="
+                                        f"{self.by_kind['in-flight-failed']} aborted_behind_a_failed_one="
                                         f"{self.by_kind['pipelined-aborted']}" if self.by_kind["pipelined"] else ""))
 
     def details(self) -> list[str]:

@@ -549,6 +549,7 @@ class Worker:
                 op.outcome, op.assigned = OK, dict(fut.result().offsets)
                 continue
             op.error = err(exc)
+            self.plan.hit("in-flight-failed")
             if isinstance(exc, InjectedCrash):
                 proc.died = proc.died or op
             elif isinstance(exc, TransactionAbortedError | ProducerFencedError):
