@@ -144,18 +144,17 @@ def resync(coordinator: TransactionCoordinator, ident: ProducerIdentity, next_n:
 
 
 def abort_undecided(coordinator: TransactionCoordinator, ident: ProducerIdentity, txn: str,
-                    staged: list[SegmentRef], *, pipelined: bool) -> bool:
+                    staged: list[SegmentRef], *, pipelined: bool) -> None:
     """Abort ``txn``, a commit in flight that was refused without a decision (a sequence gap, a topic gone) or not
     sent (the store failed first), so that the commits pipelined behind it are decided at once instead of waiting
     for it until their budget runs out. A store failure is tried again, with backoff, up to :data:`ABORT_TRIES`
-    times. Returns whether the log now holds a decision (False: the producer's resync aborts it later). Never
-    raises: the commit's own error is what its caller is told."""
+    times; if every try fails, the producer's resync aborts it later. Never raises a :class:`TxnLogError`: the
+    commit's own error is what its caller is told."""
     for attempt in range(ABORT_TRIES):
         try:
             coordinator.abort(ident, txn, staged=staged, pipelined=pipelined)
-            return True
+            return
         except (StoreError, CommitStateUnknownError):
             time.sleep(0.05 * 2 ** attempt)
         except TxnLogError:
-            return True  # decided already (committed, aborted) or fenced: nothing waits for this abort
-    return False
+            return  # decided already, or fenced (so is everything behind it), or the log cannot be read
