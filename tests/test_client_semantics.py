@@ -272,8 +272,11 @@ def test_subscribe_takes_a_single_topic_name(lake: Backend) -> None:
 def test_clients_take_a_confluent_style_config(lake: Backend) -> None:
     make_topic(lake.open(), partitions=1)
     conf = {"store.url": lake.url, **lake.options}
-    with Producer({**conf, "transactional.id": "cfg", "transaction.timeout.ms": "5000"}) as p:
-        assert p.config.transaction_timeout_ms == 5000
+    with Producer({**conf, "transactional.id": "cfg", "transaction.timeout.ms": "5000",
+                   "max.in.flight.requests.per.connection": 2},
+                  config=ProducerConfig(segment_format="arrow")) as p:
+        assert (p.config.transaction_timeout_ms, p.config.max_in_flight, p.config.segment_format) == \
+            (5000, 2, "arrow")
         p.init_transactions()
         with p.transaction():
             p.send("t", rows([1, 2], "cfg"))

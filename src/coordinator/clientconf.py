@@ -24,8 +24,9 @@ CONSUMER_KEYS = {"group.id": "group_id", "isolation.level": "isolation_level",
                  "auto.offset.reset": "auto_offset_reset", "max.poll.records": "max_poll_records",
                  "fail.on.data.loss": "fail_on_data_loss"}
 #: Producer config keys and the keyword each sets.
-PRODUCER_KEYS = {"transactional.id": "transactional_id", "transaction.timeout.ms": "transaction_timeout_ms"}
-_INTS = {"max_poll_records", "transaction_timeout_ms"}
+PRODUCER_KEYS = {"transactional.id": "transactional_id", "transaction.timeout.ms": "transaction_timeout_ms",
+                 "max.in.flight.requests.per.connection": "max_in_flight"}
+_INTS = {"max_poll_records", "transaction_timeout_ms", "max_in_flight"}
 _BOOLS = {"fail_on_data_loss"}
 
 

@@ -33,6 +33,7 @@ retry the call; ``abort_transaction()`` and begin again; or create a new produce
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
@@ -116,7 +117,8 @@ class Producer(Sending):
     ) -> None:
         """Bind a producer to ``transactional_id`` (nothing is read or written until ``init_transactions()``,
         which probes the store's conditional writes first). ``store`` may be a confluent-style config mapping
-        (``{"store.url": ..., "transactional.id": ..., "transaction.timeout.ms": ...}``, see
+        (``{"store.url": ..., "transactional.id": ..., "transaction.timeout.ms": ...,
+        "max.in.flight.requests.per.connection": ...}``, see
         :mod:`coordinator.clientconf`).
 
         Raises:
@@ -126,10 +128,9 @@ class Producer(Sending):
         if isinstance(store, Mapping):
             store, options, conf = from_config(store, PRODUCER_KEYS, "Producer")
             transactional_id = conf.get("transactional_id", transactional_id)
-            if "transaction_timeout_ms" in conf:
-                base = config or ProducerConfig()
-                config = ProducerConfig(conf["transaction_timeout_ms"], base.segment_target_bytes,
-                                        base.segment_format)
+            settings = {k: conf[k] for k in ("transaction_timeout_ms", "max_in_flight") if k in conf}
+            if settings:
+                config = dataclasses.replace(config or ProducerConfig(), **settings)
         if transactional_id is None:
             raise InvalidOptionError("a Producer needs a transactional id ('transactional.id' in a config)")
         check_name("transactional id", transactional_id)
