@@ -155,6 +155,7 @@ def abort_undecided(coordinator: TransactionCoordinator, ident: ProducerIdentity
             coordinator.abort(ident, txn, staged=staged, pipelined=pipelined)
             return
         except (StoreError, CommitStateUnknownError):
-            time.sleep(0.05 * 2 ** attempt)
+            if attempt + 1 < ABORT_TRIES:
+                time.sleep(0.05 * 2 ** attempt)
         except TxnLogError:
             return  # decided already, or fenced (so is everything behind it), or the log cannot be read

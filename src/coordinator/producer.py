@@ -128,7 +128,7 @@ class Producer(Sending):
         if isinstance(store, Mapping):
             store, options, conf = from_config(store, PRODUCER_KEYS, "Producer")
             transactional_id = conf.get("transactional_id", transactional_id)
-            settings = {k: conf[k] for k in ("transaction_timeout_ms", "max_in_flight") if k in conf}
+            settings = {k: v for k, v in conf.items() if k != "transactional_id"}  # ProducerConfig fields
             if settings:
                 config = dataclasses.replace(config or ProducerConfig(), **settings)
         if transactional_id is None:

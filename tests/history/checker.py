@@ -281,6 +281,11 @@ def _retained(known: dict[str, int], floors: dict[TP, int], tp: TP, v: str) -> b
     return o is None or o < floor
 
 
+def _sole_copies(h: History) -> set[str]:
+    """What a damaged entry held the only copy of (an unacknowledged commit may be lost with it; never torn)."""
+    return {v for o in h.misc() if o.kind == "damage" for v in o.sole}
+
+
 def _key(v: str) -> tuple[str, int, int, int]:
     tid, gen, txn, idx = v.split("|", 1)[0].split("/")
     return tid, int(gen), int(txn), int(idx)
@@ -404,8 +409,7 @@ def lost_writes(h: History) -> list[str]:
     where = _where(h)
     known = known_offsets(h)
     ever_visible: set[str] = set()
-    # what a damaged entry held the only copy of (an unacknowledged commit may be lost with it; never torn)
-    sole = {v for o in h.misc() if o.kind == "damage" for v in o.sole}
+    sole = _sole_copies(h)
     for r in h.reads():
         ever_visible.update(v for _t, _p, _o, v in _committed(r.records))
     final = next((w for w in views(h) if w.read is h.final), None)
@@ -503,14 +507,13 @@ def pipelined_order(h: History) -> list[str]:
     earlier one: the log commits a pipelined transaction only once the one before it committed. (Values below the
     view's log start, or that a damaged entry held the only copy of, are excused as in :func:`lost_writes`.)"""
     by_id = {op.id: op for op in h.txns()}
-    where, known = _where(h), known_offsets(h)
-    sole = {v for o in h.misc() if o.kind == "damage" for v in o.sole}
+    chained = [(op, by_id[op.after]) for op in h.txns() if op.after in by_id]
+    where, known, sole = _where(h), known_offsets(h), _sole_copies(h)
     out = []
     for w in views(h):
         present = {v for _t, _p, _o, v in w.records}
-        for op in h.txns():
-            before = by_id.get(op.after) if op.after else None
-            if before is None or not any(v in present for v in op.values()):
+        for op, before in chained:
+            if not any(v in present for v in op.values()):
                 continue
             missing = [v for v in before.values() if w.covers(where[v]) and v not in present and v not in sole
                        and not _retained(known, w.floors, where[v], v)]

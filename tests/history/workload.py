@@ -283,8 +283,9 @@ class Proc:
     gen: int
     consumer: Consumer | None = None
     session: str | None = None
-    #: commits sent with ``commit_transaction_async`` whose futures the worker has not looked at yet
-    futures: list[tuple[TxnOp, Future[Any]]] = field(default_factory=list)
+    #: commits sent with ``commit_transaction_async`` whose futures the worker has not looked at yet, each with
+    #: the time its answer came (filled by the future's callback)
+    futures: list[tuple[TxnOp, Future[Any], list[int]]] = field(default_factory=list)
     #: what those futures said undecided (refused, or the store failed first): aborted by the next resync
     undecided: list[TxnOp] = field(default_factory=list)
     #: the last commit sent async since the producer last aborted or initialised: the next commit follows it
@@ -525,8 +526,9 @@ class Worker:
         if op.after is not None:
             self.plan.hit("pipelined")  # (perhaps decided before it was sent: then not pipelined after all)
         proc.behind = op
-        fut.add_done_callback(lambda _f: setattr(op, "end", max(op.end, now())))  # when it was answered
-        proc.futures.append((op, fut))
+        answered: list[int] = []
+        fut.add_done_callback(lambda _f: answered.append(now()))
+        proc.futures.append((op, fut, answered))
 
     def _alive(self, tid: str) -> Proc:
         """``tid``'s process, after looking at the commits it had in flight; a new process if it died in one."""
@@ -540,10 +542,12 @@ class Worker:
     def _collect(self, proc: Proc, *, timeout: float | None = 0) -> None:
         """Record the outcomes of ``proc``'s commits in flight that are answered (waiting up to ``timeout``)."""
         if timeout != 0 and proc.futures:
-            wait_futures([f for _op, f in proc.futures], timeout=timeout)
-        for op, fut in [(op, f) for op, f in proc.futures if f.done()]:
-            proc.futures.remove((op, fut))
-            op.end = max(op.end, now())  # (its answer's callback may not have run yet)
+            wait_futures([f for _op, f, _t in proc.futures], timeout=timeout)
+        for item in [item for item in proc.futures if item[1].done()]:
+            proc.futures.remove(item)
+            op, fut, answered = item
+            # when it was answered (now, if the future's callback has not run yet)
+            op.end = max(op.end, answered[0] if answered else now())
             exc = fut.exception()
             if exc is None:
                 op.outcome, op.assigned = OK, dict(fut.result().offsets)
