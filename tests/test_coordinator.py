@@ -557,3 +557,33 @@ def test_an_attempt_reaped_earlier_in_an_entry_cannot_commit_later_in_it(backend
     refused = next(i for i in won[0].items if i.request == late.id)
     assert isinstance(refused, RejectItem) and refused.code == "reaped"
     assert committed_ids(backend) == []
+
+
+def test_one_partitions_record_of_an_entry_is_the_one_all_its_records_hold() -> None:
+    from coordinator.errors import CorruptLogError
+    from coordinator.partrecords import record_of, records_of
+    from coordinator.records import CommitItem, LogEntry, MarkerSegment, PartAssign, ReplaceItem, RetainItem
+
+    def seg(name: str, rows: int) -> MarkerSegment:
+        return MarkerSegment(f"d/{name}", rows, 10 * rows, rows)
+
+    items = (
+        CommitItem("r1", txn="a", parts=(PartAssign("t", 0, 5, (seg("a0", 2),)), PartAssign("t", 1, 0, (seg("a1", 1),)),
+                                         PartAssign("t", 2, 0, ()))),
+        CommitItem("r2", txn="b", parts=(PartAssign("t", 1, 1, (seg("b1", 3), seg("b1x", 1))),
+                                         PartAssign("u", 0, 7, (seg("b0", 1),)))),
+        ReplaceItem("r3", topic="t", partition=0, base=0, end=5, replaces=("d/old",), segment=seg("m", 5),
+                    runs=((0, 1, 2),)),
+        RetainItem("r4", topic="u", partition=0, start=3),
+    )
+    entry = LogEntry(seq=9, ts=123, writer="w", items=items, touched=(("t", 0, 4), ("t", 1, 2), ("u", 0, 6)))
+    every = records_of(entry)
+    assert set(every) == {("t", 0), ("t", 1), ("u", 0)}
+    for tp in [("t", 0), ("t", 1), ("t", 2), ("u", 0), ("u", 1), ("v", 0)]:
+        assert record_of(entry, *tp) == every.get(tp)
+    assert [type(op).__name__ for op in every[("t", 0)].ops] == ["CommitOp", "ReplaceOp"]
+    assert [op.base for op in every[("t", 1)].ops] == [0, 1]  # type: ignore[union-attr]
+    damaged = LogEntry(seq=9, ts=123, writer="w", items=items, touched=(("t", 2, 0),))
+    with pytest.raises(CorruptLogError, match="t/2 as touched"):
+        record_of(damaged, "t", 2)
+    assert record_of(damaged, "t", 0) is None

@@ -119,20 +119,46 @@ class PartitionRecord:
             raise CorruptLogError(f"partition record {where} is corrupt: {exc!r}") from exc
 
 
-def records_of(entry: LogEntry) -> dict[tuple[str, int], PartitionRecord]:
-    """The partition records ``entry`` defines, by (topic, partition)."""
+def _ops(entry: LogEntry, only: tuple[str, int] | None = None) -> dict[tuple[str, int], list[Op]]:
+    """The ops ``entry`` defines, by (topic, partition), in item order; only those of ``only`` when given."""
     ops: dict[tuple[str, int], list[Op]] = {}
     for item in entry.items:
+        found: list[tuple[tuple[str, int], Op]] = []
         if isinstance(item, CommitItem):
-            for part in item.parts:
-                if part.rows:
-                    ops.setdefault((part.topic, part.partition), []).append(
-                        CommitOp(item.txn, part.base, part.segments))
+            found = [((part.topic, part.partition), CommitOp(item.txn, part.base, part.segments))
+                     for part in item.parts if part.rows and (only is None or (part.topic, part.partition) == only)]
         elif isinstance(item, ReplaceItem):
-            ops.setdefault((item.topic, item.partition), []).append(
-                ReplaceOp(item.base, item.end, item.replaces, item.segment, item.runs))
+            found = [((item.topic, item.partition), ReplaceOp(item.base, item.end, item.replaces, item.segment,
+                                                              item.runs))]
         elif isinstance(item, RetainItem):
-            ops.setdefault((item.topic, item.partition), []).append(RetainOp(item.start))
+            found = [((item.topic, item.partition), RetainOp(item.start))]
+        for tp, op in found:
+            if only is None or tp == only:
+                ops.setdefault(tp, []).append(op)
+    return ops
+
+
+def record_of(entry: LogEntry, topic: str, partition: int) -> PartitionRecord | None:
+    """The partition record ``entry`` defines for ``topic``/``partition`` (None when it touches none there): what
+    :func:`records_of` gives for it, without building the others (a reader follows its own partitions, not every
+    partition an entry touches).
+
+    Raises:
+        CorruptLogError: the entry lists the partition as touched but has no op there.
+    """
+    idx = next((i for t, p, i in entry.touched if p == partition and t == topic), None)
+    if idx is None:
+        return None
+    got = _ops(entry, (topic, partition)).get((topic, partition))
+    if not got:
+        raise CorruptLogError(f"transaction log entry {entry.seq} lists {topic}/{partition} as touched but has no op "
+                              "there")
+    return PartitionRecord(topic, partition, idx, entry.seq, entry.ts, tuple(got))
+
+
+def records_of(entry: LogEntry) -> dict[tuple[str, int], PartitionRecord]:
+    """The partition records ``entry`` defines, by (topic, partition)."""
+    ops = _ops(entry)
     out: dict[tuple[str, int], PartitionRecord] = {}
     for topic, p, idx in entry.touched:
         got = ops.get((topic, p))

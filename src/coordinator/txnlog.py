@@ -44,7 +44,7 @@ from coordinator.logcheckpoint import ensure_records as ensure_records
 from coordinator.logcheckpoint import write_records as write_records
 from coordinator.logdamage import LogDamage
 from coordinator.logproof import LogProof
-from coordinator.partrecords import PartitionRecord, records_of
+from coordinator.partrecords import PartitionRecord, record_of
 from coordinator.records import Item, LogEntry, check_format, decode_json
 from coordinator.state import CoordinatorState
 from coordinator.store import Store
@@ -486,7 +486,7 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof, LogDamage):
         seq = self._record_seq.get((topic, partition, idx))  # atomic without the lock (see entry)
         if seq is None:
             return None
-        return records_of(self.entry(seq)).get((topic, partition))
+        return record_of(self.entry(seq), topic, partition)
 
     def decision(self, request_id: str) -> tuple[Item, int] | None:
         """The item that decided ``request_id`` and its entry, if this process read it."""
