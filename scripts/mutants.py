@@ -268,6 +268,13 @@ MUTANTS: tuple[Mutant, ...] = (
          "[memory]",),
         "G5: a refresh right after another returns the older view, missing a commit acknowledged before it began"),
     Mutant(
+        "read-by-name-ending-on-a-free-number-unproven", "coordinator/txnlog.py",
+        "if not (found < len(got) and got[found] is None and self._prove()):",
+        "if not (found < len(got) and got[found] is None):",
+        (f"{_TIMING}::test_a_read_by_name_that_ends_on_a_freed_number_after_a_ghost_does_not_take_the_ghost_for_"
+         "the_log",),
+        "G1/G5: a read by name that ends on a free number returns the entries it read unproven (maybe a ghost)"),
+    Mutant(
         "refresh-returns-unproven-view", "coordinator/txnlog.py",
         "if nxt is None and not self._unproven and time.monotonic() - self._refreshed < RECENT_S:",
         "if nxt is None and time.monotonic() - self._refreshed < RECENT_S:",

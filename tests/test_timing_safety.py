@@ -369,6 +369,38 @@ def test_a_reader_whose_view_a_truncation_passed_by_never_takes_ghosts_for_the_l
     assert ti.verify(open_store(url)) == []  # ghosts left below a checkpoint are no damage
 
 
+def test_a_read_by_name_that_ends_on_a_freed_number_after_a_ghost_does_not_take_the_ghost_for_the_log() -> None:
+    """G1/G5. A reader that found an entry by name last time reads the next two numbers by name. A truncation
+    passed its view by; one ghost (naming the reader's last entry, as a writer paused since that entry would write
+    it) sits at the first number and the second is free. The read ends on the free number, so there is nothing
+    more to list, but the ghost is still only read, not proven: the reader must prove it (the listing of the
+    checkpoints shows one above it), list on, and take the log's state instead."""
+    url = _memory()
+    reader_store = open_store(url)
+    reader = TransactionCoordinator(reader_store, checkpoint_interval=0)
+    p = Producer(open_store(url), "p")
+    p.init_transactions()
+    with p.transaction():
+        p.send("t", [{"v": "before"}])
+    reader.log.refresh()
+    with p.transaction():
+        p.send("t", [{"v": "found by name"}])
+    view = reader.log.refresh().seq  # found by name: the next refresh reads two numbers ahead
+    assert reader.log._found_last == 1
+    prev = json.loads(open_store(url).get(txn_log_path(view)))["writer"]
+    _others_move_on_and_truncate(url)
+    assert min(_entries(url)) > view + 2
+    ghost = {"v": 2, "seq": view + 1, "ts": int(time.time() * 1000), "writer": uuid.uuid4().hex, "prev": prev,
+             "items": [], "touched": []}
+    assert open_store(url).put_if_absent(txn_log_path(view + 1), json.dumps(ghost).encode())
+    seen = reader.log.refresh()
+    fresh = TransactionCoordinator(open_store(url)).log.refresh()
+    assert seen.seq == fresh.seq, "the reader returned a view ending on a ghost it never proved"
+    assert seen.to_json() == fresh.to_json()
+    got = sorted(read_snapshot(reader_store, ["t"], coordinator=reader)["t"].column("v").to_pylist())
+    assert got == _values(url)
+
+
 def test_a_zombie_many_epochs_behind_is_told_fenced_from_the_state_alone() -> None:
     """G3. A zombie whose transactional id was initialised again many times since (more than the state remembers
     epochs that decided something) gets ``ProducerFencedError``: the state remembers from which epoch on every

@@ -294,7 +294,10 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof, LogDamage):
                     self._apply(entry)
                     found += 1
                 self._found_last = found
-                self._list_forward(checked=True)
+                if not (found < len(got) and got[found] is None and self._prove()):
+                    # (a read by name that ended on a number with no entry has nothing to list: once proven, the
+                    # entries read are the view, and a later one is the next look's)
+                    self._list_forward(checked=True)
             else:
                 self._list_forward(checked=False)
         else:
