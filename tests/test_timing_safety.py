@@ -37,6 +37,7 @@ from coordinator import (
 from coordinator import inspect as ti
 from coordinator.backends import local as local_backend
 from coordinator.layout import TXN_CHECKPOINT, TXN_LOG, parse_seq, txn_log_path
+from coordinator.state import CoordinatorState
 from core_helpers import LostReplyStore
 
 _T = pa.schema([pa.field("v", pa.string(), nullable=False)])
@@ -334,6 +335,28 @@ def test_a_store_error_after_the_entry_was_created_is_an_unknown_outcome_never_a
     assert _values(url) == ["once"]
 
 
+def _reader_after_one_commit(url: str) -> tuple[Store, TransactionCoordinator, Producer]:
+    """A reader's store and coordinator (no checkpoints of its own), and a producer that committed one record."""
+    reader_store = open_store(url)
+    reader = TransactionCoordinator(reader_store, checkpoint_interval=0)
+    p = Producer(open_store(url), "p")
+    p.init_transactions()
+    with p.transaction():
+        p.send("t", [{"v": "before"}])
+    return reader_store, reader, p
+
+
+def _reader_has_the_logs_state(url: str, reader_store: Store, reader: TransactionCoordinator) -> CoordinatorState:
+    """Refresh the reader and check that its state, and what it reads, are those of a fresh process."""
+    seen = reader.log.refresh()
+    fresh = TransactionCoordinator(open_store(url)).log.refresh()
+    assert seen.seq == fresh.seq, "the reader's view ends elsewhere than the log (on an entry it never proved?)"
+    assert seen.to_json() == fresh.to_json(), "the reader applied entries that are not the log's"
+    got = sorted(read_snapshot(reader_store, ["t"], coordinator=reader)["t"].column("v").to_pylist())
+    assert got == _values(url)
+    return seen
+
+
 def test_a_reader_whose_view_a_truncation_passed_by_never_takes_ghosts_for_the_log() -> None:
     """G1/G5. Ghosts left in the store (writers that died right after creating them, before proving them) fill
     every number a truncation freed after a reader's view, each naming the one before it, so a listing after the
@@ -341,12 +364,7 @@ def test_a_reader_whose_view_a_truncation_passed_by_never_takes_ghosts_for_the_l
     log's. (The former reader took a dense listing for the log: producers whose entries the ghosts replaced vanished
     from its state, and their later commits with them.)"""
     url = _memory()
-    reader_store = open_store(url)
-    reader = TransactionCoordinator(reader_store, checkpoint_interval=0)
-    p = Producer(open_store(url), "p")
-    p.init_transactions()
-    with p.transaction():
-        p.send("t", [{"v": "before"}])
+    reader_store, reader, p = _reader_after_one_commit(url)
     view = reader.log.refresh().seq
     prev = json.loads(open_store(url).get(txn_log_path(view)))["writer"]
     _others_move_on_and_truncate(url)
@@ -359,13 +377,7 @@ def test_a_reader_whose_view_a_truncation_passed_by_never_takes_ghosts_for_the_l
                  "touched": []}
         assert store.put_if_absent(txn_log_path(seq), json.dumps(ghost).encode())
         prev = token
-    seen = reader.log.refresh()
-    fresh = TransactionCoordinator(open_store(url)).log.refresh()
-    assert seen.seq == fresh.seq
-    assert sorted(seen.producers) == sorted(fresh.producers), "the reader applied ghosts in place of the log"
-    assert seen.to_json() == fresh.to_json()
-    got = sorted(read_snapshot(reader_store, ["t"], coordinator=reader)["t"].column("v").to_pylist())
-    assert got == _values(url)
+    _reader_has_the_logs_state(url, reader_store, reader)
     assert ti.verify(open_store(url)) == []  # ghosts left below a checkpoint are no damage
 
 
@@ -376,12 +388,7 @@ def test_a_read_by_name_that_ends_on_a_freed_number_after_a_ghost_does_not_take_
     more to list, but the ghost is still only read, not proven: the reader must prove it (the listing of the
     checkpoints shows one above it), list on, and take the log's state instead."""
     url = _memory()
-    reader_store = open_store(url)
-    reader = TransactionCoordinator(reader_store, checkpoint_interval=0)
-    p = Producer(open_store(url), "p")
-    p.init_transactions()
-    with p.transaction():
-        p.send("t", [{"v": "before"}])
+    reader_store, reader, p = _reader_after_one_commit(url)
     reader.log.refresh()
     with p.transaction():
         p.send("t", [{"v": "found by name"}])
@@ -393,12 +400,7 @@ def test_a_read_by_name_that_ends_on_a_freed_number_after_a_ghost_does_not_take_
     ghost = {"v": 2, "seq": view + 1, "ts": int(time.time() * 1000), "writer": uuid.uuid4().hex, "prev": prev,
              "items": [], "touched": []}
     assert open_store(url).put_if_absent(txn_log_path(view + 1), json.dumps(ghost).encode())
-    seen = reader.log.refresh()
-    fresh = TransactionCoordinator(open_store(url)).log.refresh()
-    assert seen.seq == fresh.seq, "the reader returned a view ending on a ghost it never proved"
-    assert seen.to_json() == fresh.to_json()
-    got = sorted(read_snapshot(reader_store, ["t"], coordinator=reader)["t"].column("v").to_pylist())
-    assert got == _values(url)
+    _reader_has_the_logs_state(url, reader_store, reader)
 
 
 def test_a_zombie_many_epochs_behind_is_told_fenced_from_the_state_alone() -> None:
