@@ -220,8 +220,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "G5: a committer acknowledges a commit whose partition records it never found nor wrote"),
     Mutant(
         "read-ahead-applies-unlinked-entry", "coordinator/txnlog.py",
-        "if entry is None or isinstance(entry, CorruptLogError) or not self._links(entry):",
-        "if entry is None or isinstance(entry, CorruptLogError):",
+        "if not isinstance(entry, LogEntry) or not self._links(entry):",
+        "if not isinstance(entry, LogEntry):",
         ("tests/test_serving.py::test_entries_read_ahead_are_applied_only_while_each_links_to_the_one_before"
          "[memory]",),
         "G1/G5: an entry read ahead that does not name the one before it (a ghost) is applied as the log's"),
@@ -274,6 +274,13 @@ MUTANTS: tuple[Mutant, ...] = (
         (f"{_TIMING}::test_a_read_by_name_that_ends_on_a_freed_number_after_a_ghost_does_not_take_the_ghost_for_"
          "the_log",),
         "G1/G5: a read by name that ends on a free number returns the entries it read unproven (maybe a ghost)"),
+    Mutant(
+        "read-ahead-error-taken-for-no-entry", "coordinator/txnlog.py",
+        "                raise\n            return exc\n",
+        "                raise\n            return None\n",
+        (f"{_TIMING}::test_a_read_by_name_whose_second_read_fails_still_sees_the_entry_there",),
+        "G5: a read by name whose read ahead failed on the store takes the error for no entry and skips the listing, "
+        "missing an acknowledged commit"),
     Mutant(
         "refresh-returns-unproven-view", "coordinator/txnlog.py",
         "if nxt is None and not self._unproven and time.monotonic() - self._refreshed < RECENT_S:",

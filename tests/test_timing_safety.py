@@ -403,6 +403,44 @@ def test_a_read_by_name_that_ends_on_a_freed_number_after_a_ghost_does_not_take_
     _reader_has_the_logs_state(url, reader_store, reader)
 
 
+class _FailsOnce(LostReplyStore):
+    """A real store whose GET of ``path`` fails once with a store error."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.path = ""
+
+    def get(self, path: str) -> bytes:
+        if path == self.path:
+            self.path = ""
+            raise StoreError(f"GET {path}: connection reset")
+        return super().get(path)
+
+
+def test_a_read_by_name_whose_second_read_fails_still_sees_the_entry_there() -> None:
+    """G5. A reader that found an entry by name last time reads the next two numbers by name. Both entries exist
+    (their commits were acknowledged before the read began), but the store fails the second GET: that is no answer
+    about the entry, so the refresh must not take it for "no such entry" and end its view at the first one; it lists
+    the log and sees both."""
+    url = _memory()
+    flaky = _FailsOnce(open_store(url))
+    _, _, p = _reader_after_one_commit(url)
+    reader = TransactionCoordinator(flaky, checkpoint_interval=0)
+    reader.log.refresh()
+    with p.transaction():
+        p.send("t", [{"v": "found by name"}])
+    view = reader.log.refresh().seq
+    assert reader.log._found_last == 1
+    for v in ("first after the view", "second after the view"):
+        with p.transaction():
+            p.send("t", [{"v": v}])
+    flaky.path = txn_log_path(view + 2)
+    seen = reader.log.refresh()
+    assert not flaky.path, "the second read by name was not made"
+    assert seen.seq == view + 2, "the refresh took a failed read for the end of the log"
+    _reader_has_the_logs_state(url, flaky, reader)
+
+
 def test_a_zombie_many_epochs_behind_is_told_fenced_from_the_state_alone() -> None:
     """G3. A zombie whose transactional id was initialised again many times since (more than the state remembers
     epochs that decided something) gets ``ProducerFencedError``: the state remembers from which epoch on every

@@ -284,12 +284,12 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof, LogDamage):
                 # the read took too long (a pause before the store applied it): "no such entry" may be about a
                 # number a truncation freed meanwhile
                 self._list_forward(checked=False)
-            elif not isinstance(nxt, CorruptLogError) and self._links(nxt):
+            elif isinstance(nxt, LogEntry) and self._links(nxt):
                 # the entries read ahead are applied while each links to the one before (the listing below finds
                 # whatever they left out, as it would after one entry)
                 found = 0
                 for entry in got:
-                    if entry is None or isinstance(entry, CorruptLogError) or not self._links(entry):
+                    if not isinstance(entry, LogEntry) or not self._links(entry):
                         break
                     self._apply(entry)
                     found += 1
@@ -304,19 +304,20 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof, LogDamage):
             self._list_forward(checked=False)
         self._refreshed = started
 
-    def _read_entry_ahead(self, seq: int) -> LogEntry | CorruptLogError | None:
+    def _read_entry_ahead(self, seq: int) -> LogEntry | CorruptLogError | StoreError | None:
         """:meth:`_read_entry` for a refresh by name: an entry after the next one that the store fails to give is
-        only not read ahead (the listing that follows finds it).
+        only not read ahead (returned as the error, never as None: the listing that follows finds it, whereas None
+        says there is no such entry).
 
         Raises:
             StoreError: the store failed to give the next entry.
         """
         try:
             return self._read_entry(seq)
-        except StoreError:
+        except StoreError as exc:
             if seq == self.state.seq + 1:
                 raise
-            return None
+            return exc
 
     def _list_forward(self, *, checked: bool) -> None:
         """Apply the entries listed after the view, jumping to the newest checkpoint over entries truncated.
