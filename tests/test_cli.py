@@ -127,8 +127,8 @@ def test_progress_on_a_terminal_is_a_bar(lake: Lake) -> None:
         if not chunk:
             break
         chunks.append(chunk)
-    assert proc.wait(60) == 0
-    drawn = b"".join(chunks).decode()
+    drawn = b"".join(chunks).decode(errors="replace")
+    assert proc.wait(60) == 0, drawn
     assert "\r" in drawn and "100%" in drawn and "3/3" in drawn  # redrawn in place on a terminal
 
 

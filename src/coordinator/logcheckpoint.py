@@ -29,7 +29,7 @@ from coordinator.layout import (
     seq_name,
     txn_checkpoint_path,
 )
-from coordinator.partrecords import PartitionRecord, record_of, records_of
+from coordinator.partrecords import PartitionRecord, records_at, records_of
 from coordinator.records import FORMAT_VERSION, CommitItem, LogEntry, encode_json
 from coordinator.state import CoordinatorState
 from coordinator.store import Store
@@ -154,7 +154,7 @@ class LogCheckpoints:
                 item = next((i for i in entry.items if i.request == request), None)
                 if isinstance(item, CommitItem):
                     parts = {(p.topic, p.partition) for p in item.parts if p.rows}
-                    paths += [marker_path(t, p, r.idx) for t, p in sorted(parts) if (r := record_of(entry, t, p))]
+                    paths += [marker_path(r.topic, r.partition, r.idx) for r in records_at(entry, parts)]
             return [functools.partial(self._look_for_record, path) for path in paths]
 
         return ahead
@@ -188,7 +188,7 @@ class LogCheckpoints:
         for attempt in range(RECORD_ATTEMPTS):
             try:
                 entry = self.entry(seq)
-                recs = [r for t, p in sorted(parts) if (r := record_of(entry, t, p))]
+                recs = records_at(entry, parts)
                 with self._records_lock:
                     unseen = [r for r in recs if marker_path(r.topic, r.partition, r.idx) not in self._records_found]
                 there = parallel.pmap(lambda r: self.store.exists(marker_path(r.topic, r.partition, r.idx)), unseen)

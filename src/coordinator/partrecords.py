@@ -12,6 +12,7 @@ it from the entry instead. Ops, in the entry's item order:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,19 +123,19 @@ class PartitionRecord:
 def _ops(entry: LogEntry, only: tuple[str, int] | None = None) -> dict[tuple[str, int], list[Op]]:
     """The ops ``entry`` defines, by (topic, partition), in item order; only those of ``only`` when given."""
     ops: dict[tuple[str, int], list[Op]] = {}
+
+    def wanted(tp: tuple[str, int]) -> bool:
+        return only is None or tp == only
+
     for item in entry.items:
-        found: list[tuple[tuple[str, int], Op]] = []
         if isinstance(item, CommitItem):
-            found = [((part.topic, part.partition), CommitOp(item.txn, part.base, part.segments))
-                     for part in item.parts if part.rows and (only is None or (part.topic, part.partition) == only)]
-        elif isinstance(item, ReplaceItem):
-            found = [((item.topic, item.partition), ReplaceOp(item.base, item.end, item.replaces, item.segment,
-                                                              item.runs))]
-        elif isinstance(item, RetainItem):
-            found = [((item.topic, item.partition), RetainOp(item.start))]
-        for tp, op in found:
-            if only is None or tp == only:
-                ops.setdefault(tp, []).append(op)
+            for part in item.parts:
+                if part.rows and wanted(tp := (part.topic, part.partition)):
+                    ops.setdefault(tp, []).append(CommitOp(item.txn, part.base, part.segments))
+        elif isinstance(item, ReplaceItem) and wanted(tp := (item.topic, item.partition)):
+            ops.setdefault(tp, []).append(ReplaceOp(item.base, item.end, item.replaces, item.segment, item.runs))
+        elif isinstance(item, RetainItem) and wanted(tp := (item.topic, item.partition)):
+            ops.setdefault(tp, []).append(RetainOp(item.start))
     return ops
 
 
@@ -154,6 +155,15 @@ def record_of(entry: LogEntry, topic: str, partition: int) -> PartitionRecord | 
         raise CorruptLogError(f"transaction log entry {entry.seq} lists {topic}/{partition} as touched but has no op "
                               "there")
     return PartitionRecord(topic, partition, idx, entry.seq, entry.ts, tuple(got))
+
+
+def records_at(entry: LogEntry, parts: Iterable[tuple[str, int]]) -> list[PartitionRecord]:
+    """The records ``entry`` defines for ``parts`` (those it touches), in (topic, partition) order.
+
+    Raises:
+        CorruptLogError: the entry lists one of ``parts`` as touched but has no op there.
+    """
+    return [r for t, p in sorted(parts) if (r := record_of(entry, t, p)) is not None]
 
 
 def records_of(entry: LogEntry) -> dict[tuple[str, int], PartitionRecord]:
