@@ -24,10 +24,12 @@ from coordinator import (
     TransactionAbortedError,
     TransactionCoordinator,
     TransactionTimedOutError,
+    groupcommit,
     read_snapshot,
     stage_segment,
 )
 from coordinator.decisions import TxnRequest, commit_request, request_bytes, request_from_bytes
+from coordinator.errors import CommitStateUnknownError
 from coordinator.layout import TXN_INTENTS, TXN_LOG, intent_path
 from coordinator.txntypes import ProducerIdentity
 from core_helpers import SCHEMA, Backend, LostReplyStore, committed_ids, make_topic, rows
@@ -356,4 +358,39 @@ def test_a_commit_behind_one_refused_undecided_is_decided_though_that_ones_abort
     with p.transaction():
         p.send("t", rows([4], "after"), partition=0)
     assert committed_ids(backend) == [0, 1, 4]
+    p.close()
+
+
+def test_commits_behind_one_whose_abort_never_reached_the_store_stop_waiting_for_it(
+        backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commit 2 is refused without a decision, and the store fails every entry that would decide its abort, for
+    as long as the test lasts: nobody can decide 2, so the commits pipelined behind it (3, and 4 behind 3) would
+    wait out their budget. They stop waiting once the abort gives up, saying their outcome is unknown; the caller's
+    resync then aborts them once the store recovers, and nothing of 2, 3 or 4 becomes visible."""
+    monkeypatch.setattr(groupcommit, "SUBMIT_BUDGET_S", 60.0)
+    make_topic(backend.open(), partitions=1)
+    store = FailEntriesNaming(backend.open(), delay=0.5)
+    p = _committed_once(store, ProducerConfig(max_in_flight=4))
+    store.slow = True
+    futures = {}
+    for i in (1, 2, 3, 4):
+        p.begin_transaction()
+        if i == 2:
+            p._next_seq[("t", 0)] += 5  # a gap: the log refuses this commit without deciding it
+            assert p.identity is not None
+            store.txn, store.failures = p.identity.txn_id(2), 10**9
+        p.send("t", rows([i], f"txn{i}"), partition=0)
+        futures[i] = p.commit_transaction_async()
+    assert futures[1].result(60).commit_seq >= 0
+    with pytest.raises(OutOfOrderSequenceError):
+        futures[2].result(60)
+    for i in (3, 4):
+        with pytest.raises(CommitStateUnknownError):
+            futures[i].result(30)  # (their budget is 60 s)
+    assert store.failures < 10**9, "the abort of the refused commit did not fail as arranged"
+    store.slow, store.failures = False, 0
+    p.abort_transaction()  # the caller's error path: resync
+    with p.transaction():
+        p.send("t", rows([5], "after"), partition=0)
+    assert committed_ids(backend) == [0, 1, 5]
     p.close()

@@ -27,11 +27,10 @@ from coordinator.decisions import (
     INTENT_KINDS,
     Outcome,
     Request,
+    TxnRequest,
     decide,
-    decided_by_name,
     outcome_of_item,
     request_bytes,
-    request_from_bytes,
     waits,
 )
 from coordinator.errors import (
@@ -42,6 +41,7 @@ from coordinator.errors import (
     TxnLogError,
     UnsupportedFormatError,
 )
+from coordinator.intentqueue import IntentQueue
 from coordinator.layout import (
     FORMAT_PATH,
     TXN_INTENTS,
@@ -56,8 +56,6 @@ from coordinator.store import Store
 
 log = logging.getLogger("coordinator.txnlog")  # the transaction log logs under one name
 
-#: Intents decided in one entry at most (keeps entries small under heavy contention).
-MAX_INTENTS_PER_ENTRY = 256
 #: A submit gives up after this long losing races (ConcurrentCommitError).
 SUBMIT_BUDGET_S = 120.0
 #: A first attempt right after reading the log (opening it, say) does not read it again.
@@ -67,6 +65,8 @@ JUST_READ_S = 0.2
 IDLE_POLLS = 4
 #: A request handed back undecided (the serving thread stopped first) is handed over again at most this often.
 HAND_OVERS = 8
+#: How long a pipelined request waits behind a transaction its process gave up deciding (see GroupCommit.abandon).
+ABANDONED_WAIT_S = 5.0
 #: Requests whose first intent seq this process remembers for their retries (the oldest forgotten first).
 _WAITED_KEPT = 10_000
 
@@ -98,7 +98,7 @@ def ensure_format(store: Store) -> None:
 
 
 
-class GroupCommit(Serving):
+class GroupCommit(IntentQueue, Serving):
     """Submitting requests and serving the queue of intents (see the module docstring); a mixin of
     :class:`~coordinator.txnlog.TransactionLog`."""
 
@@ -115,6 +115,7 @@ class GroupCommit(Serving):
         _unproven: list[LogEntry]
         _suspects: dict[int, LogEntry]
         _waited: OrderedDict[str, int]
+        _abandoned: OrderedDict[tuple[int, int, int], float]
         _jumped_at: int
         _probed: bool
         _intents_ahead: tuple[float, Callable[[], list[str]]] | None
@@ -140,6 +141,30 @@ class GroupCommit(Serving):
         def _records_ahead(self, request: str) -> Callable[[list[LogEntry]], list[Callable[[], object]]]: ...
         def _checkpoint_due(self, seq: int) -> bool: ...
         def _checkpoint_quietly(self, seq: int) -> None: ...
+
+    def abandon(self, pid: int, epoch: int, n: int) -> None:
+        """Say that this process gave up deciding transaction ``n`` of producer ``pid`` at ``epoch`` (its abort
+        failed on the store every time it was tried). A pipelined request of this process waiting behind it
+        (:attr:`~coordinator.decisions.TxnRequest.after`) waits :data:`ABANDONED_WAIT_S` longer (an intent of the
+        abort may still be decided, once the store lets it), then stops with CommitStateUnknownError instead of
+        waiting out its budget, and so, at once, do those behind that one. Only a matter of time: the requests
+        stay undecided (never committed before ``n`` is) until decided by the log or the producer's resync."""
+        with self._lock:
+            self._abandoned[(pid, epoch, n)] = time.monotonic()
+            while len(self._abandoned) > _WAITED_KEPT:
+                self._abandoned.popitem(last=False)
+
+    def _behind_abandoned(self, req: Request) -> bool:
+        """Whether ``req`` waits behind a transaction this process gave up deciding at least
+        :data:`ABANDONED_WAIT_S` ago (see :meth:`abandon`); if so, ``req`` is given up too."""
+        if not isinstance(req, TxnRequest) or req.after < 0:
+            return False
+        with self._lock:
+            since = self._abandoned.get((req.pid, req.epoch, req.after))
+            if since is None or time.monotonic() - since < ABANDONED_WAIT_S:
+                return False
+            self._abandoned[(req.pid, req.epoch, req.n)] = -1e9
+            return True
 
     def list_intents_ahead(self) -> None:
         """Start listing ``_txn/intents/`` now, for a request about to be submitted whose caller first has other
@@ -278,6 +303,11 @@ class GroupCommit(Serving):
                     else:
                         self._after_win(*won)
                 return result
+            if self._behind_abandoned(req):
+                raise CommitStateUnknownError(
+                    f"request {req.id} follows a transaction of its producer whose abort failed on the store every "
+                    "time it was tried: it stays undecided (never committed before that one is) until the producer "
+                    "resyncs (abort_transaction())")
             attempt += 1
             if intentable and not wrote_intent:
                 intent_seq = self._waited.setdefault(req.id, self.state.seq)
@@ -415,20 +445,6 @@ class GroupCommit(Serving):
                 return (entry, decided), Outcome("unknown", reason=f"request {req.id} was decided out of view"), False
             return (entry, decided), outcome_of_item(mine, entry.seq), False
 
-    def _prefetch(self) -> Callable[[], tuple[list[str], dict[str, Request]]]:
-        """Start listing ``_txn/intents/`` and reading the intents in it that are new to this process (caller
-        holds the lock), in the background, so a serving writer has the next round's intents in hand when the entry
-        it is creating meanwhile returns. Returns a function waiting for ``(names, intents read)``."""
-        # a copy: another thread of this process may apply entries to the current state while this runs
-        known, st = set(self._intents), self.state.copy()
-
-        def run() -> tuple[list[str], dict[str, Request]]:
-            names = self.store.list(TXN_INTENTS)
-            new = [rid for rid in self._undecided(names, "", st) if rid not in known][:MAX_INTENTS_PER_ENTRY]
-            return names, {rid: r for rid, r in parallel.pmap(self._fetch_intent, new) if r is not None}
-
-        return parallel.background(run)
-
     def _append(self, reqs: list[Request]) -> tuple[LogEntry, list[str]] | None:
         """Create the next entry deciding ``reqs`` (caller holds the lock, state current), and prove it the log's
         before anything uses it (:meth:`~coordinator.logproof.LogProof._created_is_the_logs`). None if another writer
@@ -484,43 +500,3 @@ class GroupCommit(Serving):
         for rid in decided:
             self._intents.pop(rid, None)
         return entry, decided
-
-    def _undecided(self, names: list[str], own: str, st: CoordinatorState | None = None) -> list[str]:
-        """The intent ids among ``names`` (a listing of ``_txn/intents/``) not known to be decided, by name (in
-        ``st``, by default the current state)."""
-        st = self.state if st is None else st
-        ids = []
-        for name in names:
-            if not name.endswith(".json"):
-                continue
-            rid = name[:-5]
-            if rid == own or rid in self._decisions or decided_by_name(rid, st):
-                continue
-            ids.append(rid)
-        return ids
-
-    def _waiting(self, names: list[str], own: str) -> list[Request]:
-        """The undecided intents among ``names`` (fetched once each, in parallel), oldest name first."""
-        ids = self._undecided(names, own)[:MAX_INTENTS_PER_ENTRY]
-        self._intents = {rid: r for rid, r in self._intents.items() if rid in ids}
-        new = [rid for rid in ids if rid not in self._intents]
-        for rid, got in parallel.pmap(self._fetch_intent, new):
-            if got is not None:
-                self._intents[rid] = got
-        return [self._intents[rid] for rid in ids if rid in self._intents]
-
-    def _fetch_intent(self, rid: str) -> tuple[str, Request | None]:
-        """Read intent ``rid``; None if it is gone (decided and deleted) or unreadable."""
-        path = intent_path(rid)
-        try:
-            return rid, request_from_bytes(self.store.get(path), path)
-        except FileNotFoundError:
-            return rid, None
-        except (CorruptLogError, UnsupportedFormatError) as exc:
-            log.warning("ignoring intent: %s", exc)
-            return rid, None
-
-    def _known_waiting(self, names: list[str], own: str) -> list[Request]:
-        """The undecided intents among ``names`` that this process has already read (no request)."""
-        return [self._intents[rid] for rid in self._undecided(names, own)[:MAX_INTENTS_PER_ENTRY]
-                if rid in self._intents]

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from coordinator import faults
 from coordinator.errors import AlreadyCommittedError, CommitStateUnknownError, TxnLogError
+from coordinator.records import parse_txn_id
 from coordinator.store import StoreError
 
 if TYPE_CHECKING:
@@ -139,6 +140,12 @@ def resync(coordinator: TransactionCoordinator, ident: ProducerIdentity, next_n:
                                   pipelined=True)
             except AlreadyCommittedError:
                 pass
+            except CommitStateUnknownError:
+                # decided meanwhile by its own request (an intent of a commit in flight, served by a writer) and
+                # overtaken: the log decides one producer's transactions in order, so a later one decided says so
+                now = coordinator.log.refresh().producers.get(ident.tid)
+                if now is None or (now.pid, now.epoch) != (ident.pid, ident.epoch) or now.last_txn < k:
+                    raise
     st = coordinator.log.refresh()
     return {(t, p): st.last_sequence(ident.tid, t, p) + 1 for t, p in keys}
 
@@ -148,8 +155,10 @@ def abort_undecided(coordinator: TransactionCoordinator, ident: ProducerIdentity
     """Abort ``txn``, a commit in flight that was refused without a decision (a sequence gap, a topic gone) or not
     sent (the store failed first), so that the commits pipelined behind it are decided at once instead of waiting
     for it until their budget runs out. A store failure is tried again, with backoff, up to :data:`ABORT_TRIES`
-    times; if every try fails, the producer's resync aborts it later. Never raises a :class:`TxnLogError`: the
-    commit's own error is what its caller is told."""
+    times. If every try fails, the process gives up on it (:meth:`~coordinator.txnlog.TransactionLog.abandon`):
+    the commits behind it wait a little longer (an intent of the abort a try published may still be decided once
+    the store lets it), then stop waiting, their futures saying the outcome is unknown, and the producer's resync
+    aborts it. Never raises a :class:`TxnLogError`: the commit's own error is what its caller is told."""
     for attempt in range(ABORT_TRIES):
         try:
             coordinator.abort(ident, txn, staged=staged, pipelined=pipelined)
@@ -159,3 +168,6 @@ def abort_undecided(coordinator: TransactionCoordinator, ident: ProducerIdentity
                 time.sleep(0.05 * 2 ** attempt)
         except TxnLogError:
             return  # decided already, or fenced (so is everything behind it), or the log cannot be read
+    ref = parse_txn_id(txn)
+    if ref is not None:
+        coordinator.log.abandon(ref.pid, ref.epoch, ref.n)

@@ -129,6 +129,8 @@ class TransactionLog(GroupCommit, LogCheckpoints, LogProof, LogDamage):
         #: (a caller after ``CommitStateUnknownError``) whose producer expired meanwhile looks for its decision from
         #: there, as the first try did
         self._waited: OrderedDict[str, int] = OrderedDict()
+        #: (pid, epoch, n) of transactions this process gave up deciding (see GroupCommit.abandon)
+        self._abandoned: OrderedDict[tuple[int, int, int], float] = OrderedDict()
         self._loaded_at = -1e9
         #: entries whose partition records this process wrote (the checkpoint writer need not check them)
         self._written: set[int] = set()

@@ -1,0 +1,93 @@
+"""The queue of intents (``_txn/intents/``) as a writer reads it: which intents are undecided, by name, and their
+requests, each read once per process (see :mod:`coordinator.groupcommit`, which decides them).
+
+A mixin of :class:`~coordinator.txnlog.TransactionLog` (through :class:`~coordinator.groupcommit.GroupCommit`),
+which holds the state it uses (declared below for type checking only).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from coordinator import parallel
+from coordinator.decisions import Request, decided_by_name, request_from_bytes
+from coordinator.errors import CorruptLogError, UnsupportedFormatError
+from coordinator.layout import TXN_INTENTS, intent_path
+
+if TYPE_CHECKING:
+    from collections import OrderedDict
+
+    from coordinator.records import Item
+    from coordinator.state import CoordinatorState
+    from coordinator.store import Store
+
+log = logging.getLogger("coordinator.txnlog")  # the transaction log logs under one name
+
+#: Intents decided in one entry at most (keeps entries small under heavy contention).
+MAX_INTENTS_PER_ENTRY = 256
+
+
+class IntentQueue:
+    """Reading the queue of intents; a mixin of :class:`~coordinator.txnlog.TransactionLog`."""
+
+    if TYPE_CHECKING:
+        store: Store
+        state: CoordinatorState
+        _intents: dict[str, Request]
+        _decisions: OrderedDict[str, tuple[Item, int]]
+
+    def _prefetch(self) -> Callable[[], tuple[list[str], dict[str, Request]]]:
+        """Start listing ``_txn/intents/`` and reading the intents in it that are new to this process (caller
+        holds the lock), in the background, so a serving writer has the next round's intents in hand when the entry
+        it is creating meanwhile returns. Returns a function waiting for ``(names, intents read)``."""
+        # a copy: another thread of this process may apply entries to the current state while this runs
+        known, st = set(self._intents), self.state.copy()
+
+        def run() -> tuple[list[str], dict[str, Request]]:
+            names = self.store.list(TXN_INTENTS)
+            new = [rid for rid in self._undecided(names, "", st) if rid not in known][:MAX_INTENTS_PER_ENTRY]
+            return names, {rid: r for rid, r in parallel.pmap(self._fetch_intent, new) if r is not None}
+
+        return parallel.background(run)
+
+    def _undecided(self, names: list[str], own: str, st: CoordinatorState | None = None) -> list[str]:
+        """The intent ids among ``names`` (a listing of ``_txn/intents/``) not known to be decided, by name (in
+        ``st``, by default the current state)."""
+        st = self.state if st is None else st
+        ids = []
+        for name in names:
+            if not name.endswith(".json"):
+                continue
+            rid = name[:-5]
+            if rid == own or rid in self._decisions or decided_by_name(rid, st):
+                continue
+            ids.append(rid)
+        return ids
+
+    def _waiting(self, names: list[str], own: str) -> list[Request]:
+        """The undecided intents among ``names`` (fetched once each, in parallel), oldest name first."""
+        ids = self._undecided(names, own)[:MAX_INTENTS_PER_ENTRY]
+        self._intents = {rid: r for rid, r in self._intents.items() if rid in ids}
+        new = [rid for rid in ids if rid not in self._intents]
+        for rid, got in parallel.pmap(self._fetch_intent, new):
+            if got is not None:
+                self._intents[rid] = got
+        return [self._intents[rid] for rid in ids if rid in self._intents]
+
+    def _fetch_intent(self, rid: str) -> tuple[str, Request | None]:
+        """Read intent ``rid``; None if it is gone (decided and deleted) or unreadable."""
+        path = intent_path(rid)
+        try:
+            return rid, request_from_bytes(self.store.get(path), path)
+        except FileNotFoundError:
+            return rid, None
+        except (CorruptLogError, UnsupportedFormatError) as exc:
+            log.warning("ignoring intent: %s", exc)
+            return rid, None
+
+    def _known_waiting(self, names: list[str], own: str) -> list[Request]:
+        """The undecided intents among ``names`` that this process has already read (no request)."""
+        return [self._intents[rid] for rid in self._undecided(names, own)[:MAX_INTENTS_PER_ENTRY]
+                if rid in self._intents]
