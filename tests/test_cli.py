@@ -116,7 +116,9 @@ def test_progress_on_a_terminal_is_a_bar(lake: Lake) -> None:
 
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
-    proc = subprocess.Popen([str(CONSOLE), "--store", lake.url, "verify"], stdout=subprocess.PIPE, stderr=slave)
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}  # a native crash shows every thread's stack in the failure
+    proc = subprocess.Popen([str(CONSOLE), "--store", lake.url, "verify"], stdout=subprocess.PIPE, stderr=slave,
+                            env=env)
     os.close(slave)
     chunks = []
     while True:

@@ -21,10 +21,13 @@ store nor create it. This package never imports pyspark.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
+from coordinator import parallel
 from coordinator.cli.common import EXIT_USAGE, Output, exit_code_for, scrub
 from coordinator.cli.config import load_settings
 from coordinator.cli.parser import build_parser
@@ -32,12 +35,39 @@ from coordinator.cli.parser import build_parser
 __all__ = ["build_parser", "main"]
 
 DEBUG_ENV = "TXNLOG_DEBUG"
+#: How long the program waits at exit for work it left in the background (partition records, checkpoints: derived
+#: data, which readers compute from the log when missing).
+EXIT_DRAIN_S = 60.0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); returns the exit code. Every error is one
     line on stderr (``txnlog: error: ...``) scrubbed of the credentials given as flags; ``TXNLOG_DEBUG=1`` shows
-    tracebacks instead."""
+    tracebacks instead.
+
+    Run as the program (no ``argv``), it does not return: once the command is done, the work it left in the
+    background has finished and its output is flushed, the process exits at once (:func:`_exit`)."""
+    code = _main(argv)
+    if argv is None:
+        _exit(code)
+    return code
+
+
+def _exit(code: int) -> NoReturn:
+    """End the program with ``code`` once its background work is done and its output flushed, skipping the
+    interpreter's teardown: native libraries tearing down their thread pools at exit intermittently abort a process
+    whose work is complete (Arrow's, apache/arrow#34314: exit by SIGABRT after a command's output was written)."""
+    parallel.drain(EXIT_DRAIN_S)
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: the reader stopped reading (as for BrokenPipeError in _main)
+            pass
+    os._exit(code)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
