@@ -421,6 +421,33 @@ MUTANTS: tuple[Mutant, ...] = (
         "elif not dry_run:",
         (f"{_NO_LOSS}::test_gc_reaps_an_abandoned_stream_attempt_before_deleting_it[memory]",),
         "G1: GC deletes an application attempt's staged files without making the attempt uncommittable"),
+    Mutant(
+        "in-flight-failure-first-to-arrive", "coordinator/inflight.py",
+        "if self.failed is None or order < self._failed_at:",
+        "if self.failed is None:",
+        ("tests/test_pipelined.py::test_the_failure_kept_for_the_caller_is_the_earliest_commits_not_the_first_to_"
+         "arrive",),
+        "reporting: a producer whose commits in flight failed names a commit aborted behind the cause, not the cause"),
+    Mutant(
+        "gc-reaps-a-committed-producer-txn", "coordinator/maintenance/gc.py",
+        "return coord.log.submit(req).status == \"aborted\"",
+        "return coord.log.submit(req).status != \"rejected\"",
+        ("tests/test_maintenance.py::test_gc_keeps_the_files_of_a_transaction_whose_commit_wins_the_race_with_its_"
+         "reaping[memory]",),
+        "G1/G5: GC deletes the staged files of a producer transaction whose commit won the race with its reaping"),
+    Mutant(
+        "gc-reaps-a-running-batch-job", "coordinator/maintenance/gc.py",
+        "reaped[txn] = not coord.store.exists(open_path(txn)) and (",
+        "reaped[txn] = (",
+        (f"{_NO_LOSS}::test_gc_never_deletes_the_staged_files_of_a_running_job_however_old[memory]",),
+        "G1: GC aborts a running batch job (its transaction has an open record) and deletes its staged files"),
+    Mutant(
+        "gc-reaps-a-producer-txn-within-its-timeout", "coordinator/maintenance/gc.py",
+        "if open_meta is None or age <= open_meta.timeout_ms:",
+        "if open_meta is None:",
+        ("tests/test_maintenance.py::test_gc_reaps_a_transaction_that_staged_at_commit_and_never_reached_the_log"
+         "[memory]",),
+        "liveness: GC aborts, fencing its producer, a transaction still within its timeout"),
 )
 
 

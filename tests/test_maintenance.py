@@ -144,6 +144,70 @@ def test_gc_deletes_only_unreferenced_files_past_the_grace_period(backend: Backe
     assert committed_ids(backend) == list(range(6)) + [600]
 
 
+def _staged_at_commit_and_died(backend: Backend) -> tuple[Producer, str]:
+    """Producer ``dies``: one transaction that staged its rows only when committing, its process gone before its
+    commit reached the log (no entry, no intent, no open record); returns it and the transaction's staged file."""
+    from coordinator.layout import TXN_INTENTS, TXN_OPEN, data_dir
+
+    store = backend.open()
+    p = Producer(store, "dies")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("t", rows([700, 701], "orphan"), partition=0)
+    points: list[str] = []
+
+    def dies(name: str) -> None:
+        points.append(name)
+        if name == "txnlog.entry.before":
+            raise faults.InjectedCrash(name)
+
+    with faults.injected(dies), pytest.raises(faults.InjectedCrash):
+        p.commit_transaction()
+    assert "open.before" not in points, "a transaction that staged only at commit wrote an open record"
+    assert store.list(TXN_OPEN) == [] and store.list(TXN_INTENTS) == []
+    assert p.identity is not None
+    (staged,) = [n for n in store.list(data_dir("t", 0)) if n.startswith(p.identity.txn_id(0) + "~")]
+    return p, f"{data_dir('t', 0)}/{staged}"
+
+
+def test_gc_reaps_a_transaction_that_staged_at_commit_and_never_reached_the_log(backend: Backend) -> None:
+    """Nothing but its staged file names such a transaction: GC aborts it through the log with an epoch bump once
+    the file is older than the grace period and the producer's timeout, then deletes the file; the producer's late
+    commit is refused, never committed naming the deleted file."""
+    from coordinator import ProducerFencedError
+
+    make_topic(backend.open(), partitions=1)
+    commit_small(backend, 2)
+    p, staged = _staged_at_commit_and_died(backend)
+    coord = backend.coordinator()
+    now = now_ms() + 10
+    assert gc_partition(coord, "t", 0, grace_ms=0, now=int(now)).deleted_files == []  # within its timeout
+    report = gc_partition(coord, "t", 0, grace_ms=0, now=int(now) + 5 * 60_000)
+    assert report.deleted_files == [staged] and len(report.reaped) == 1
+    with pytest.raises(ProducerFencedError):
+        p.commit_transaction()
+    assert committed_ids(backend) == [0, 1]
+
+
+def test_gc_keeps_the_files_of_a_transaction_whose_commit_wins_the_race_with_its_reaping(backend: Backend) -> None:
+    make_topic(backend.open(), partitions=1)
+    p, staged = _staged_at_commit_and_died(backend)
+    coord = backend.coordinator()
+    fired: list[str] = []
+
+    def commit_first(name: str) -> None:
+        if name == "txnlog.entry.before" and not fired:
+            fired.append(name)
+            with faults.injected(None):
+                p.commit_transaction()  # the producer was only slow: its commit reaches the log first
+
+    with faults.injected(commit_first):
+        report = gc_partition(coord, "t", 0, grace_ms=0, now=int(now_ms()) + 5 * 60_000)
+    assert fired and report.deleted_files == [] and report.reaped == []
+    assert staged in {f"{staged.rsplit('/', 1)[0]}/{n}" for n in backend.open().list(staged.rsplit("/", 1)[0])}
+    assert committed_ids(backend) == [700, 701]
+
+
 def test_a_refused_compaction_never_deletes_its_merged_file_and_gc_does_once_no_replace_can_publish_it(
         backend: Backend) -> None:
     """Found by the long histories (seed 477: "segment ...~merged.parquet named by a commit marker is missing"): a

@@ -30,6 +30,7 @@ from coordinator import (
 )
 from coordinator.decisions import TxnRequest, commit_request, request_bytes, request_from_bytes
 from coordinator.errors import CommitStateUnknownError
+from coordinator.inflight import InFlight
 from coordinator.layout import TXN_INTENTS, TXN_LOG, intent_path
 from coordinator.txntypes import ProducerIdentity
 from core_helpers import SCHEMA, Backend, LostReplyStore, committed_ids, make_topic, rows
@@ -394,3 +395,29 @@ def test_commits_behind_one_whose_abort_never_reached_the_store_stop_waiting_for
         p.send("t", rows([5], "after"), partition=0)
     assert committed_ids(backend) == [0, 1, 5]
     p.close()
+
+
+def test_the_failure_kept_for_the_caller_is_the_earliest_commits_not_the_first_to_arrive() -> None:
+    """A commit behind a failed one is aborted by the log and may fail before the failed one's thread is done (it
+    first tries to abort its transaction): what the producer reports ("a commit in flight failed (...)") is still
+    the cause, the earliest commit's error, not the consequence that arrived first."""
+    flight = InFlight(2, "order")
+    cause_may_fail = threading.Event()
+
+    def cause() -> None:
+        cause_may_fail.wait(30)
+        raise StoreError("the cause")
+
+    def consequence() -> None:
+        raise TransactionAbortedError("transaction 1 was aborted (transaction 0, which it follows, was not committed)")
+
+    first = flight.submit(cause)
+    second = flight.submit(consequence)
+    with pytest.raises(TransactionAbortedError):
+        second.result(30)
+    assert isinstance(flight.failed, TransactionAbortedError)
+    cause_may_fail.set()
+    with pytest.raises(StoreError):
+        first.result(30)
+    assert isinstance(flight.failed, StoreError) and "the cause" in str(flight.failed)
+    flight.close()

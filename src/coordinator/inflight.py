@@ -45,8 +45,11 @@ class InFlight:
         self._pool: ThreadPoolExecutor | None = None
         self._futures: deque[Future[object]] = deque()
         self._lock = threading.Lock()
-        #: the first commit in flight that failed (every later one is aborted by the log): the producer must resync
+        self._sent = 0
+        #: the error of the earliest commit in flight that failed (every later one is aborted by the log, and may
+        #: fail first: the earliest failure is the cause); the producer must resync
         self.failed: BaseException | None = None
+        self._failed_at = 0
 
     def undecided(self) -> bool:
         """Whether a commit sent earlier is still undecided (the next one must then be pipelined)."""
@@ -66,11 +69,15 @@ class InFlight:
 
     def submit(self, commit: Callable[[], T]) -> Future[T]:
         """Run ``commit`` on a thread of its own; an outcome not learned is asked again (a request is decided at
-        most once, so asking again is safe); the first failure is kept in :attr:`failed`. The calling thread's
-        fault injector (:mod:`coordinator.faults`) is carried into the commit's thread."""
+        most once, so asking again is safe); the failure of the earliest commit that failed is kept in
+        :attr:`failed`. The calling thread's fault injector (:mod:`coordinator.faults`) is carried into the
+        commit's thread."""
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.max_in_flight, thread_name_prefix=f"txnlog-commit-{self._name}")
         injector = faults.current()
+        with self._lock:
+            order = self._sent
+            self._sent += 1
 
         def run() -> T:
             with faults.injected(injector):
@@ -83,10 +90,10 @@ class InFlight:
                 except CommitStateUnknownError as exc:
                     if attempt == UNKNOWN_RETRIES or self.failed is not None:
                         # (after an earlier failure the producer must resync anyway: no point asking again)
-                        self._fail(exc)
+                        self._fail(exc, order)
                         raise
                 except BaseException as exc:
-                    self._fail(exc)
+                    self._fail(exc, order)
                     raise
             raise AssertionError("unreachable")
 
@@ -110,10 +117,11 @@ class InFlight:
             self._pool.shutdown(wait=True)
             self._pool = None
 
-    def _fail(self, exc: BaseException) -> None:
+    def _fail(self, exc: BaseException, order: int) -> None:
+        """Keep ``exc``, of the commit sent ``order``-th, unless an earlier commit's failure is kept already."""
         with self._lock:
-            if self.failed is None:
-                self.failed = exc
+            if self.failed is None or order < self._failed_at:
+                self.failed, self._failed_at = exc, order
 
     def _drop_done(self) -> None:
         while self._futures and self._futures[0].done():

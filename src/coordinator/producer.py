@@ -228,7 +228,7 @@ class Producer(Sending):
             self._inflight.drain()
             self._check_inflight()
             self.coordinator.log.list_intents_ahead()  # the commit's listing, at once with staging the last rows
-            self.flush()
+            self._stage_for_commit()
         else:
             self._check_usable(resolving=True)
         assert self.identity is not None and self._txn is not None
@@ -277,7 +277,7 @@ class Producer(Sending):
         """
         self._check_open()
         self._check_inflight()
-        self.flush()
+        self._stage_for_commit()
         self._inflight.make_room()
         pipelined = self._inflight.undecided()
         if not pipelined:

@@ -164,6 +164,13 @@ class Sending:
         for key in list(self._buffers):
             self._stage(key)
 
+    def _stage_for_commit(self) -> None:
+        """Stage every buffered row for the commit that follows at once: a transaction that staged nothing before
+        writes no open record (see :meth:`_stage`)."""
+        self._check_open()
+        for key in list(self._buffers):
+            self._stage(key, at_commit=True)
+
     def _topic(self, name: str, *, fresh: bool = False) -> TopicMeta:
         meta = None if fresh else self._topics.get(name)
         if meta is None:
@@ -185,9 +192,13 @@ class Sending:
                 # they stay buffered, and the next send or commit_transaction() stages them again.
                 _log.warning("staging %s/%d deferred: %s", topic, partition, exc)
 
-    def _stage(self, key: tuple[str, int]) -> None:
+    def _stage(self, key: tuple[str, int], *, at_commit: bool = False) -> None:
         """Stage the buffered rows of one partition as a segment; the buffer is dropped only once the segment is
-        staged, so a failed stage loses nothing (a retry stages the same rows under the same name)."""
+        staged, so a failed stage loses nothing (a retry stages the same rows under the same name).
+
+        The first segment staged before the commit also writes the transaction's open record, for the timeout
+        sweep; ``at_commit`` (the commit request follows at once) writes none: GC reaps what a process dying
+        before its request leaves (docs/design.md, "A commit")."""
         tables = self._buffers.get(key, [])
         if not tables:
             return
@@ -201,6 +212,10 @@ class Sending:
             return stage_segment(self.store, topic, partition, table, name, seq=seq, fmt=self.config.segment_format)
 
         if self._opened:
+            ref = stage()
+        elif at_commit:
+            if self._started_ms < 0:
+                self._started_ms = clock.store_now_ms(self.store)
             ref = stage()
         else:
             # Kafka's AddPartitionsToTxn without the log, at once with the first segment: learn of a fence early,
