@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -168,8 +168,8 @@ class Sending:
         """Stage every buffered row for the commit that follows at once: a transaction that staged nothing before
         writes no open record (see :meth:`_stage`)."""
         self._check_open()
-        for key in list(self._buffers):
-            self._stage(key, at_commit=True)
+        for i, key in enumerate(list(self._buffers)):
+            self._stage(key, at_commit=True, check=i == 0)
 
     def _topic(self, name: str, *, fresh: bool = False) -> TopicMeta:
         meta = None if fresh else self._topics.get(name)
@@ -192,13 +192,14 @@ class Sending:
                 # they stay buffered, and the next send or commit_transaction() stages them again.
                 _log.warning("staging %s/%d deferred: %s", topic, partition, exc)
 
-    def _stage(self, key: tuple[str, int], *, at_commit: bool = False) -> None:
+    def _stage(self, key: tuple[str, int], *, at_commit: bool = False, check: bool = True) -> None:
         """Stage the buffered rows of one partition as a segment; the buffer is dropped only once the segment is
         staged, so a failed stage loses nothing (a retry stages the same rows under the same name).
 
         The first segment staged before the commit also writes the transaction's open record, for the timeout
         sweep; ``at_commit`` (the commit request follows at once) writes none: GC reaps what a process dying
-        before its request leaves (docs/design.md, "A commit")."""
+        before its request leaves (docs/design.md, "A commit"). The first segment staged also checks, beside its
+        put, that the producer is not fenced (``check``: only the first of a commit's segments)."""
         tables = self._buffers.get(key, [])
         if not tables:
             return
@@ -211,26 +212,25 @@ class Sending:
         def stage() -> SegmentRef:
             return stage_segment(self.store, topic, partition, table, name, seq=seq, fmt=self.config.segment_format)
 
-        if self._opened:
-            ref = stage()
-        elif at_commit:
-            if self._started_ms < 0:
-                self._started_ms = clock.store_now_ms(self.store)
+        if self._started_ms < 0:
+            self._started_ms = clock.store_now_ms(self.store)
+        if self._opened or (at_commit and not check):
             ref = stage()
         else:
-            # Kafka's AddPartitionsToTxn without the log, at once with the first segment: learn of a fence early,
-            # and leave a record (on the store's clock) for the timeout sweep.
-            if self._started_ms < 0:
-                self._started_ms = clock.store_now_ms(self.store)
+            # Kafka's AddPartitionsToTxn without the log, at once with the first segment: learn of a fence early
+            # (and warm the view the commit reads), and leave a record (on the store's clock) for the timeout
+            # sweep, unless the commit follows at once.
             ident, n = self.identity, self._n
             # the log is read on this thread (its reads fan out in parallel only from here), the puts in the pool
             staging = parallel.start(stage)
-            opening = parallel.start(lambda: self.coordinator.open_transaction(ident, n))
-            errors: list[BaseException] = []
+            checks: list[Callable[[], object]] = []
+            if not at_commit:
+                checks.append(parallel.start(lambda: self.coordinator.open_transaction(ident, n)))
             # (not while a commit of this producer is in flight: the log is busy deciding it, and that commit and
             # the ones after it learn of a fence anyway)
-            checks = (opening,) if self._inflight.undecided() else (lambda: self.coordinator.check_current(ident),
-                                                                   opening)
+            if not self._inflight.undecided():
+                checks.insert(0, lambda: self.coordinator.check_current(ident))
+            errors: list[BaseException] = []
             for wait in checks:
                 # every request ends before this call does, even when one failed
                 try:
@@ -242,7 +242,7 @@ class Sending:
                 if isinstance(errors[0], ProducerFencedError):
                     self._fenced = True
                 raise errors[0]
-            self._opened = True
+            self._opened = not at_commit
         self._buffers.pop(key, None)
         self._buffered_bytes.pop(key, None)
         self._next_seq[key] = seq + 1
