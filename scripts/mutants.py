@@ -430,15 +430,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "reporting: a producer whose commits in flight failed names a commit aborted behind the cause, not the cause"),
     Mutant(
         "gc-reaps-a-committed-producer-txn", "coordinator/maintenance/gc.py",
-        "return coord.log.submit(req).status == \"aborted\"",
-        "return coord.log.submit(req).status != \"rejected\"",
+        "reaped[txn] = out.status == \"aborted\"",
+        "reaped[txn] = out.status != \"rejected\"",
         ("tests/test_maintenance.py::test_gc_keeps_the_files_of_a_transaction_whose_commit_wins_the_race_with_its_"
          "reaping[memory]",),
         "G1/G5: GC deletes the staged files of a producer transaction whose commit won the race with its reaping"),
     Mutant(
         "gc-reaps-a-running-batch-job", "coordinator/maintenance/gc.py",
-        "reaped[txn] = not coord.store.exists(open_path(txn)) and (",
-        "reaped[txn] = (",
+        "if coord.store.exists(open_path(txn)):",
+        "if False:",
         (f"{_NO_LOSS}::test_gc_never_deletes_the_staged_files_of_a_running_job_however_old[memory]",),
         "G1: GC aborts a running batch job (its transaction has an open record) and deletes its staged files"),
     Mutant(

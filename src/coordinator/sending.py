@@ -168,8 +168,8 @@ class Sending:
         """Stage every buffered row for the commit that follows at once: a transaction that staged nothing before
         writes no open record (see :meth:`_stage`)."""
         self._check_open()
-        for i, key in enumerate(list(self._buffers)):
-            self._stage(key, at_commit=True, check=i == 0)
+        for key in list(self._buffers):
+            self._stage(key, at_commit=True)
 
     def _topic(self, name: str, *, fresh: bool = False) -> TopicMeta:
         meta = None if fresh else self._topics.get(name)
@@ -192,14 +192,14 @@ class Sending:
                 # they stay buffered, and the next send or commit_transaction() stages them again.
                 _log.warning("staging %s/%d deferred: %s", topic, partition, exc)
 
-    def _stage(self, key: tuple[str, int], *, at_commit: bool = False, check: bool = True) -> None:
+    def _stage(self, key: tuple[str, int], *, at_commit: bool = False) -> None:
         """Stage the buffered rows of one partition as a segment; the buffer is dropped only once the segment is
         staged, so a failed stage loses nothing (a retry stages the same rows under the same name).
 
         The first segment staged before the commit also writes the transaction's open record, for the timeout
         sweep; ``at_commit`` (the commit request follows at once) writes none: GC reaps what a process dying
-        before its request leaves (docs/design.md, "A commit"). The first segment staged also checks, beside its
-        put, that the producer is not fenced (``check``: only the first of a commit's segments)."""
+        before its request leaves (docs/design.md, "A commit"). The transaction's first segment also checks, beside
+        its put, that the producer is not fenced."""
         tables = self._buffers.get(key, [])
         if not tables:
             return
@@ -214,7 +214,7 @@ class Sending:
 
         if self._started_ms < 0:
             self._started_ms = clock.store_now_ms(self.store)
-        if self._opened or (at_commit and not check):
+        if self._opened or (at_commit and self._staged):
             ref = stage()
         else:
             # Kafka's AddPartitionsToTxn without the log, at once with the first segment: learn of a fence early

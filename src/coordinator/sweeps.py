@@ -14,10 +14,12 @@ from coordinator.decisions import ExpireRequest, abort_request, timeout_reason, 
 from coordinator.errors import CorruptLogError, InvalidOptionError
 from coordinator.layout import TXN_OPEN
 from coordinator.probe import probe_conditional_writes
-from coordinator.records import is_ready, parse_txn_id
+from coordinator.records import TxnRef, is_ready, parse_txn_id
 
 if TYPE_CHECKING:
     from coordinator.coordinator import TransactionCoordinator
+    from coordinator.decisions import Outcome
+    from coordinator.state import ProducerMeta
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +35,19 @@ def abort_open(coord: TransactionCoordinator, txn: str, *, reason: str = "aborte
     meta = undecided_producer(ref, coord.log.refresh())
     if meta is None:
         return False
-    req = abort_request(txn=txn, tid=meta.tid, pid=ref.pid, epoch=ref.epoch, n=ref.n, reason=reason, fence=True)
-    out = coord.log.submit(req)
+    rid, out = fence_abort(coord, txn, ref, meta, reason)
     coord.close_transaction(txn)
-    return out.status == "aborted" and out.item is not None and out.item.request == req.id
+    return out.status == "aborted" and out.item is not None and out.item.request == rid
+
+
+def fence_abort(coord: TransactionCoordinator, txn: str, ref: TxnRef, meta: ProducerMeta,
+                reason: str) -> tuple[str, Outcome]:
+    """Abort producer transaction ``txn`` (``ref`` parsed; ``meta`` its producer, which has not decided it)
+    through the log with an epoch bump, so a late commit of it is refused as fenced: what an operator's abort, the
+    timeout sweep and GC's reaping do. Returns the abort request's id and the log's outcome (the transaction may
+    have been decided otherwise first: a commit that won is not aborted)."""
+    req = abort_request(txn=txn, tid=meta.tid, pid=ref.pid, epoch=ref.epoch, n=ref.n, reason=reason, fence=True)
+    return req.id, coord.log.submit(req)
 
 
 def repair_records(coord: TransactionCoordinator, *, damaged: bool = False) -> int:
@@ -92,10 +103,8 @@ def abort_timed_out(coord: TransactionCoordinator, now: float | None = None) -> 
             continue
         if t - info.mtime * 1000 <= meta.timeout_ms:
             continue
-        req = abort_request(txn=txn, tid=meta.tid, pid=ref.pid, epoch=ref.epoch, n=ref.n,
-                            reason=timeout_reason(meta.timeout_ms), fence=True)
-        out = coord.log.submit(req)
-        if out.status == "aborted" and out.item is not None and out.item.request == req.id:
+        rid, out = fence_abort(coord, txn, ref, meta, timeout_reason(meta.timeout_ms))
+        if out.status == "aborted" and out.item is not None and out.item.request == rid:
             aborted.append(meta.tid)
         coord.close_transaction(txn, wait=True)
     return aborted

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from coordinator import parallel
 from coordinator.coordinator import TransactionCoordinator
-from coordinator.decisions import MAX_PUBLISH_MS, abort_request, timeout_reason, undecided_producer
+from coordinator.decisions import MAX_PUBLISH_MS, timeout_reason, undecided_producer
 from coordinator.errors import InvalidOptionError
 from coordinator.layout import (
     NATIVE_LEASE,
@@ -24,8 +24,9 @@ from coordinator.maintenance.common import (
     MaintenanceReport,
 )
 from coordinator.probe import probe_conditional_writes
-from coordinator.records import TxnRef, parse_txn_id
+from coordinator.records import parse_txn_id
 from coordinator.store import ObjectInfo, Store
+from coordinator.sweeps import fence_abort
 
 
 def gc_partition(
@@ -96,11 +97,17 @@ def gc_partition(
             if open_meta is None or age <= open_meta.timeout_ms:
                 continue
             if txn not in reaped:
-                # a transaction with an open record is the timeout sweep's (a batch job may run for days)
-                reaped[txn] = not coord.store.exists(open_path(txn)) and (
-                    dry_run or _reap_producer_txn(coord, txn, ref, open_meta.tid, open_meta.timeout_ms))
-                if reaped[txn] and not dry_run:
-                    report.reaped.append(txn)
+                if coord.store.exists(open_path(txn)):
+                    reaped[txn] = False  # the timeout sweep's (a batch job, which writes one, may run for days)
+                elif dry_run:
+                    reaped[txn] = True
+                else:
+                    # aborted through the log first, as the sweep does (a late commit is refused): only an abort
+                    # that decided it frees its files, a commit that won keeps them
+                    _, out = fence_abort(coord, txn, ref, open_meta, timeout_reason(open_meta.timeout_ms))
+                    reaped[txn] = out.status == "aborted"
+                    if reaped[txn]:
+                        report.reaped.append(txn)
             if reaped[txn]:
                 doomed.append(info)
             continue
@@ -118,17 +125,6 @@ def gc_partition(
     if not dry_run:
         parallel.pmap(lambda i: coord.store.delete(i.path), doomed)
     return report
-
-
-def _reap_producer_txn(coord: TransactionCoordinator, txn: str, ref: TxnRef, tid: str, timeout_ms: int) -> bool:
-    """Abort producer transaction ``txn``, undecided, with no open record, and with staged files older than its
-    timeout (it staged at commit and its process died before its request reached the log), as the timeout sweep
-    does: through the log, with an epoch bump, so a late commit of it is refused. Returns whether the log says it
-    aborted (its files may then go); False when a commit won, or the answer is not known (the next GC looks
-    again)."""
-    req = abort_request(txn=txn, tid=tid, pid=ref.pid, epoch=ref.epoch, n=ref.n, reason=timeout_reason(timeout_ms),
-                        fence=True)
-    return coord.log.submit(req).status == "aborted"
 
 
 def sweep_native_staging(store: Store, *, grace_ms: int = DEFAULT_GC_GRACE_MS, now: float | None = None,
