@@ -123,7 +123,7 @@ MUTANTS: tuple[Mutant, ...] = (
         (f"{_HISTORY}::test_log_truncation_keeps_the_entry_its_checkpoint_ends_at_for_stale_views",),
         "G1: a stale view of a quiet truncated log lists nothing and reuses a deleted entry's number"),
     Mutant(
-        "stale-view-applies-unlinked-entry", "coordinator/txnlog.py",
+        "stale-view-applies-unlinked-entry", "coordinator/logfollow.py",
         "if entry is None or not self._links(entry):", "if entry is None:",
         (f"{_TIMING}::test_a_reader_whose_view_a_truncation_passed_by_never_takes_ghosts_for_the_log",),
         "a view older than a truncation applies entries that do not follow on from it (ghosts filling the freed "
@@ -163,13 +163,13 @@ MUTANTS: tuple[Mutant, ...] = (
         (f"{_TIMING}::test_a_commit_whose_entry_reply_was_lost_is_never_answered_fenced_after_a_truncation_and_expiry",),
         "G5/G7: a commit whose entry's reply was lost, truncated since with its producer expired, is answered fenced"),
     Mutant(
-        "by-name-answer-trusted-after-a-pause", "coordinator/txnlog.py",
-        "if nxt is None and not self._unproven and time.monotonic() - self._refreshed < RECENT_S:",
+        "by-name-answer-trusted-after-a-pause", "coordinator/logfollow.py",
+        "if nxt is None and not self._unproven and time.monotonic() - self._refreshed < recent_s():",
         "if nxt is None and not self._unproven:",
         (f"{_TIMING}::test_a_read_whose_request_paused_before_the_store_applied_it_sees_what_was_acknowledged",),
         "a read misses a commit acknowledged while its by-name request paused before the store applied it"),
     Mutant(
-        "recency-from-the-end-of-a-paused-read", "coordinator/txnlog.py",
+        "recency-from-the-end-of-a-paused-read", "coordinator/logfollow.py",
         "self._refreshed = started  # answered within the window",
         "self._refreshed = time.monotonic()  # answered within the window",
         (f"{_TIMING}::test_a_by_name_answer_counts_as_recent_from_when_it_was_asked_not_from_when_it_arrived",),
@@ -219,7 +219,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_damage.py::test_a_commit_is_acknowledged_only_once_its_partition_records_hold_a_second_copy",),
         "G5: a committer acknowledges a commit whose partition records it never found nor wrote"),
     Mutant(
-        "read-ahead-applies-unlinked-entry", "coordinator/txnlog.py",
+        "read-ahead-applies-unlinked-entry", "coordinator/logfollow.py",
         "if not isinstance(entry, LogEntry) or not self._links(entry):",
         "if not isinstance(entry, LogEntry):",
         ("tests/test_serving.py::test_entries_read_ahead_are_applied_only_while_each_links_to_the_one_before"
@@ -268,23 +268,23 @@ MUTANTS: tuple[Mutant, ...] = (
          "[memory]",),
         "G5: a refresh right after another returns the older view, missing a commit acknowledged before it began"),
     Mutant(
-        "read-by-name-ending-on-a-free-number-unproven", "coordinator/txnlog.py",
+        "read-by-name-ending-on-a-free-number-unproven", "coordinator/logfollow.py",
         "if not (found < len(got) and got[found] is None and self._prove()):",
         "if not (found < len(got) and got[found] is None):",
         (f"{_TIMING}::test_a_read_by_name_that_ends_on_a_freed_number_after_a_ghost_does_not_take_the_ghost_for_"
          "the_log",),
         "G1/G5: a read by name that ends on a free number returns the entries it read unproven (maybe a ghost)"),
     Mutant(
-        "read-ahead-error-taken-for-no-entry", "coordinator/txnlog.py",
+        "read-ahead-error-taken-for-no-entry", "coordinator/logfollow.py",
         "                raise\n            return exc\n",
         "                raise\n            return None\n",
         (f"{_TIMING}::test_a_read_by_name_whose_second_read_fails_still_sees_the_entry_there",),
         "G5: a read by name whose read ahead failed on the store takes the error for no entry and skips the listing, "
         "missing an acknowledged commit"),
     Mutant(
-        "refresh-returns-unproven-view", "coordinator/txnlog.py",
-        "if nxt is None and not self._unproven and time.monotonic() - self._refreshed < RECENT_S:",
-        "if nxt is None and time.monotonic() - self._refreshed < RECENT_S:",
+        "refresh-returns-unproven-view", "coordinator/logfollow.py",
+        "if nxt is None and not self._unproven and time.monotonic() - self._refreshed < recent_s():",
+        "if nxt is None and time.monotonic() - self._refreshed < recent_s():",
         ("tests/test_history.py::test_a_refresh_after_one_that_failed_half_way_never_returns_the_unproven_view",),
         "G1/G5: a refresh after one that failed half way returns the entries it applied unproven (maybe a ghost)"),
     Mutant(
