@@ -48,7 +48,7 @@ log = logging.getLogger("coordinator.txnlog")
 POLL_S = 0.02
 #: After winning an entry, a writer keeps appending entries for intents still waiting for at most this long (its
 #: own caller waits meanwhile; every hand-over to another writer costs the log a few idle looks).
-SERVE_S = 3.0
+SERVE_S = 30.0
 #: A writer serving the queue stops after this many looks in a row that find no intent waiting.
 SERVE_EMPTY_LOOKS = 4
 #: A writer serving the queue stops after losing this many races in a row (another writer serves it).
@@ -315,11 +315,17 @@ class Serving:
                 if decided:
                     parallel.background(functools.partial(self._delete_quietly, [intent_path(r) for r in decided]))
                 if self._checkpoint_due(entry.seq):
-                    self._join(pending)
-                    self._checkpoint_quietly(entry.seq)
+                    # the checkpoint waits for the records it covers, the next round does not
+                    ahead, pending[:] = list(pending), []
+                    pending.append(parallel.background(functools.partial(self._checkpoint_after, ahead, entry.seq)))
         finally:
             self._finish_listing(listing)
             self._join(pending)
+
+    def _checkpoint_after(self, pending: list[Callable[[], None]], seq: int) -> None:
+        """Write a checkpoint after entry ``seq`` once the partition records being written (``pending``) are."""
+        self._join(pending)
+        self._checkpoint_quietly(seq)
 
     def _records_then_answer(self, entry: LogEntry, handed: list[HandedOver]) -> None:
         """Write the records of ``entry`` (a served round's), then answer the requests handed over that it decided
