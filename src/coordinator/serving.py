@@ -46,8 +46,9 @@ log = logging.getLogger("coordinator.txnlog")
 
 #: How often a request waiting as an intent looks at the log, and a serving writer at an empty queue.
 POLL_S = 0.02
-#: After winning an entry, a writer keeps appending entries for intents still waiting for at most this long (its
-#: own caller waits meanwhile; every hand-over to another writer costs the log a few idle looks).
+#: After winning an entry, a writer keeps appending entries for intents still waiting for at most this long, on a
+#: thread of its own: every hand-over to another writer costs the commits waiting meanwhile the idle looks before a
+#: waiter takes over (see ``IDLE_POLLS``), so a busy log changes writers seldom.
 SERVE_S = 30.0
 #: A writer serving the queue stops after this many looks in a row that find no intent waiting.
 SERVE_EMPTY_LOOKS = 4
