@@ -118,6 +118,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "G1: a writer whose entry lost the race to another writer's takes its decisions as made"),
     # -- the transaction log (txnlog.py) ---------------------------------------------------------------------------
     Mutant(
+        "records-in-memory-forgotten-at-checkpoints", "coordinator/txnlog.py",
+        "if s > seq or s in self._recent}", "if s > seq}",
+        (f"{_COORD}::test_a_writer_checkpointing_partitions_computes_the_records_it_decided_instead_of_reading_them"
+         "[memory]",),
+        "cost: a writer reads back, one request at a time, every partition record a coordinator checkpoint covers "
+        "when it next checkpoints that partition"),
+    Mutant(
         "truncation-deletes-kept-entry", "coordinator/txnlog.py",
         "if n is not None and n < keep:", "if n is not None and n <= keep:",
         (f"{_HISTORY}::test_log_truncation_keeps_the_entry_its_checkpoint_ends_at_for_stale_views",),

@@ -73,6 +73,8 @@ class LogCheckpoints:
         _pending_checkpoint: Callable[[], None] | None
         _loaded_at: float
         _record_seq: dict[tuple[str, int, int], int]
+
+        def _forget_records_below(self, seq: int) -> None: ...
         _written: set[int]
         _written_lock: threading.Lock
         _records_found: set[str]
@@ -265,7 +267,7 @@ class LogCheckpoints:
         faults.point("txnlog.checkpoint.after")
         with self._lock:
             self.checkpoint_seq = max(self.checkpoint_seq, st.seq)
-            self._record_seq = {k: s for k, s in self._record_seq.items() if s > st.seq}
+            self._forget_records_below(st.seq)
             with self._written_lock:
                 self._written = {q for q in self._written if q > st.seq}
         span = self.checkpoint_interval * TRUNCATE_EVERY

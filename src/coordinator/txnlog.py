@@ -262,7 +262,10 @@ class TransactionLog(GroupCommit, LogFollow, LogCheckpoints, LogProof, LogDamage
     def _remember(self, entry: LogEntry, *, proven: bool = True) -> None:
         self._recent[entry.seq] = entry
         while len(self._recent) > _RECENT_KEPT:
-            self._recent.popitem(last=False)
+            _, old = self._recent.popitem(last=False)
+            for key in old.touched:
+                if self._record_seq.get(key) == old.seq:
+                    del self._record_seq[key]
         for topic, p, idx in entry.touched:
             self._record_seq[(topic, p, idx)] = entry.seq
         if not proven:
@@ -281,6 +284,13 @@ class TransactionLog(GroupCommit, LogFollow, LogCheckpoints, LogProof, LogDamage
         for item in entry.items:
             self._decisions[item.request] = (item, entry.seq)
 
+    def _forget_records_below(self, seq: int) -> None:
+        """Stop computing partition records from entries up to ``seq`` (a checkpoint's: by the checkpoint invariant
+        their records exist) that are no longer in memory; the ones still in memory cost nothing to keep, and a
+        partition index catching up over them (a partition checkpoint, every few records) computes them instead
+        of reading each one."""
+        self._record_seq = {k: s for k, s in self._record_seq.items() if s > seq or s in self._recent}
+
     def _learn_checkpoint(self) -> None:
         """Learn the newest checkpoint's seq, so bookkeeping below it can be dropped (records below a checkpoint
         exist by the checkpoint invariant)."""
@@ -291,7 +301,7 @@ class TransactionLog(GroupCommit, LogFollow, LogCheckpoints, LogProof, LogDamage
             return
         if seq > self.checkpoint_seq:
             self.checkpoint_seq = seq
-            self._record_seq = {k: s for k, s in self._record_seq.items() if s > seq}
+            self._forget_records_below(seq)
 
     def entry(self, seq: int) -> LogEntry:
         """Log entry ``seq`` (from memory when recent).
