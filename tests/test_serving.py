@@ -69,8 +69,9 @@ def _intent_waiting(backend: Backend, n: int = 0) -> str:
 
 @pytest.fixture
 def serving_long(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Serving goes on while the queue is empty (until SERVE_S), so a test's next commit finds it serving."""
+    """Serving goes on while the queue is empty (for 3 s), so a test's next commit finds it serving."""
     monkeypatch.setattr(serving, "SERVE_EMPTY_LOOKS", 1_000_000)
+    monkeypatch.setattr(serving, "SERVE_S", 3.0)
 
 
 @pytest.mark.usefixtures("serving_long")
