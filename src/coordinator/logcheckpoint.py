@@ -73,8 +73,6 @@ class LogCheckpoints:
         _pending_checkpoint: Callable[[], None] | None
         _loaded_at: float
         _record_seq: dict[tuple[str, int, int], int]
-
-        def _forget_records_below(self, seq: int) -> None: ...
         _written: set[int]
         _written_lock: threading.Lock
         _records_found: set[str]
@@ -83,6 +81,7 @@ class LogCheckpoints:
         # reading and truncating the log (TransactionLog)
         def entry(self, seq: int) -> LogEntry: ...
         def _learn_checkpoint(self) -> None: ...
+        def _forget_records_below(self, seq: int) -> None: ...
         def truncate(self, grace_ms: int | None = None, *, now: float | None = None) -> int: ...
 
     def _checkpoint_due(self, seq: int) -> bool:

@@ -213,7 +213,7 @@ class TransactionLog(GroupCommit, LogFollow, LogCheckpoints, LogProof, LogDamage
         self.checkpoint_seq = max(self.checkpoint_seq, st.seq)
         self._recent.clear()
         self._unproven.clear()
-        self._record_seq = {k: s for k, s in self._record_seq.items() if s > st.seq}
+        self._forget_records_below(st.seq)
 
     def _get_entry(self, seq: int) -> LogEntry | None:
         """Log entry ``seq`` (None: there is none).
