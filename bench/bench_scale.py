@@ -10,6 +10,7 @@ request (``latency_store.LatencyStore`` over a real backend), side by side in on
 6. checkpoint size and objects under ``_txn/`` after many commits and batch jobs (memory store, no latency).
 
     python bench/bench_scale.py [--seconds 10] [--producers 1,16,64] [--processes] [--backend memory|local|s3]
+                                [--commit-modes blocking,async]
                                 [--state-commits 100000] [--state-jobs 10000]
 
 Prints one table per measure.
@@ -18,6 +19,7 @@ Prints one table per measure.
 from __future__ import annotations
 
 import argparse
+import functools
 import multiprocessing as mp
 import os
 import statistics
@@ -104,14 +106,36 @@ def _proc_main(url: str, opts: dict[str, str], i: int, ready: Any, go: Any, seco
     out.put(_produce_ready(p, i, start, seconds))
 
 
+#: measure 1's producers commit with ``commit_transaction_async`` (up to ``max_in_flight`` commits in flight each)
+#: instead of blocking on ``commit_transaction``
+ASYNC = False
+
+
 def _produce_ready(p: Producer, i: int, start: float, seconds: float) -> tuple[int, int, list[float]]:
     while time.time() < start:
         time.sleep(0.002)
     done = fails = 0
     lat_s: list[float] = []
+    lock = threading.Lock()
+
+    def finished(f: Any, t0: float) -> None:
+        nonlocal done, fails
+        with lock:
+            if f.exception() is not None:
+                fails += 1
+                print(f"producer {i}: {type(f.exception()).__name__}: {f.exception()}", file=sys.stderr)
+            elif time.time() < start + seconds:  # commits acknowledged within the window count
+                done += 1
+                lat_s.append(time.monotonic() - t0)
+
     while time.time() < start + seconds:
         t0 = time.monotonic()
         try:
+            if ASYNC:
+                p.begin_transaction()
+                p.send("t", [{"v": i}], partition=i)
+                p.commit_transaction_async().add_done_callback(functools.partial(finished, t0=t0))
+                continue
             with p.transaction():
                 p.send("t", [{"v": i}], partition=i)
             done += 1
@@ -119,6 +143,7 @@ def _produce_ready(p: Producer, i: int, start: float, seconds: float) -> tuple[i
         except Exception as exc:  # noqa: BLE001 - counted as a failure and reported
             fails += 1
             print(f"producer {i}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    p.close()  # waits for the commits in flight
     return done, fails, lat_s
 
 
@@ -163,7 +188,8 @@ def throughput(kind: str, n: int, seconds: float, processes: bool, shared: bool 
         lats = sorted(x for r in results for x in r[2])
         entries = len(fresh().list("_txn/log"))
         how = "processes" if processes else "threads, one coordinator" if shared else "threads, a coordinator each"
-        return {"producers": n, "as": how, "commits_per_s": done / seconds, "failures": sum(r[1] for r in results),
+        return {"producers": n, "as": how, "commits": "async" if ASYNC else "blocking",
+                "commits_per_s": done / seconds, "failures": sum(r[1] for r in results),
                 "p50_ms": 1000 * lats[len(lats) // 2] if lats else 0.0,
                 "p95_ms": 1000 * lats[int(len(lats) * 0.95)] if lats else 0.0, "entries": entries}
 
@@ -396,6 +422,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--state-commits", type=int, default=100_000)
     ap.add_argument("--state-jobs", type=int, default=10_000)
     ap.add_argument("--only", default="1,2,3,4,5,6", help="which measures to run")
+    ap.add_argument("--commit-modes", default="blocking",
+                    help="measure 1: producers blocking on commit_transaction() and/or keeping up to max_in_flight "
+                         "commits in flight with commit_transaction_async() (blocking,async)")
     args = ap.parse_args(argv)
     only = set(args.only.split(","))
     kind = args.backend
@@ -406,8 +435,13 @@ def main(argv: list[str] | None = None) -> int:
         runs = [(int(n), False) for n in args.producers.split(",")]
         if not args.processes:
             runs += [(int(n), True) for n in args.producers.split(",") if int(n) > 1]
-        table("1. store-wide commits/s, producers on their own partitions",
-              [throughput(kind, n, args.seconds, args.processes, shared) for n, shared in runs])
+        rows = []
+        global ASYNC
+        for mode in args.commit_modes.split(","):
+            ASYNC = mode == "async"
+            rows += [throughput(kind, n, args.seconds, args.processes, shared) for n, shared in runs]
+        ASYNC = False
+        table("1. store-wide commits/s, producers on their own partitions", rows)
     if "2" in only:
         one, wide = wide_commit(kind, 1), wide_commit(kind, 64)
         table("2. commit latency by partitions touched", [one, wide])

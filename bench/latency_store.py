@@ -21,14 +21,19 @@ DEFAULT_LATENCY_MS = {"put_if_absent": 30.0, "put": 30.0, "get": 15.0, "list": 2
 
 @dataclass
 class Trace:
-    """Every request: (kind, start, end) in monotonic seconds."""
+    """Every request: (kind, start, end) in monotonic seconds; with ``detail``, also each request's thread and path
+    in ``log`` as (thread name, kind, path, start, end) (the monotonic clock is one per machine, so the logs of
+    several processes merge into one timeline)."""
 
     events: list[tuple[str, float, float]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    detail: bool = False
+    log: list[tuple[str, str, str, float, float]] = field(default_factory=list)
 
     def clear(self) -> None:
         with self.lock:
             self.events.clear()
+            self.log.clear()
 
     def requests(self) -> int:
         with self.lock:
@@ -63,58 +68,61 @@ class LatencyStore(Store):
         time.sleep(self.latency_ms.get(kind, 0.0) / 1000)
         return start
 
-    def _done(self, kind: str, start: float) -> None:
+    def _done(self, kind: str, start: float, path: str) -> None:
+        end = time.monotonic()
         with self.trace.lock:
-            self.trace.events.append((kind, start, time.monotonic()))
+            self.trace.events.append((kind, start, end))
+            if self.trace.detail:
+                self.trace.log.append((threading.current_thread().name, kind, path, start, end))
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
         t = self._wait("put_if_absent")
         try:
             return self.inner.put_if_absent(path, data)
         finally:
-            self._done("put_if_absent", t)
+            self._done("put_if_absent", t, path)
 
     def put(self, path: str, data: bytes) -> None:
         t = self._wait("put")
         try:
             self.inner.put(path, data)
         finally:
-            self._done("put", t)
+            self._done("put", t, path)
 
     def get(self, path: str) -> bytes:
         t = self._wait("get")
         try:
             return self.inner.get(path)
         finally:
-            self._done("get", t)
+            self._done("get", t, path)
 
     def list(self, prefix: str, start_after: str | None = None, limit: int | None = None) -> builtins.list[str]:
         t = self._wait("list")
         try:
             return self.inner.list(prefix, start_after, limit)
         finally:
-            self._done("list", t)
+            self._done("list", t, prefix)
 
     def list_dirs(self, prefix: str) -> builtins.list[str]:
         t = self._wait("list")
         try:
             return self.inner.list_dirs(prefix)
         finally:
-            self._done("list", t)
+            self._done("list", t, prefix)
 
     def list_info(self, prefix: str) -> builtins.list[ObjectInfo]:
         t = self._wait("list")
         try:
             return self.inner.list_info(prefix)
         finally:
-            self._done("list", t)
+            self._done("list", t, prefix)
 
     def delete(self, path: str) -> None:
         t = self._wait("delete")
         try:
             self.inner.delete(path)
         finally:
-            self._done("delete", t)
+            self._done("delete", t, path)
 
     def now(self) -> float:
         return self.inner.now()
