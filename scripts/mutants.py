@@ -125,6 +125,11 @@ MUTANTS: tuple[Mutant, ...] = (
         "cost: a writer reads back, one request at a time, every partition record a coordinator checkpoint covers "
         "when it next checkpoints that partition"),
     Mutant(
+        "records-map-outlives-its-entries", "coordinator/txnlog.py",
+        "del self._record_seq[key]", "pass",
+        (f"{_COORD}::test_the_records_a_log_view_can_compute_are_bounded_by_the_entries_it_keeps_in_memory[memory]",),
+        "memory: a long-lived view's map of computable partition records grows with every entry it reads"),
+    Mutant(
         "truncation-deletes-kept-entry", "coordinator/txnlog.py",
         "if n is not None and n < keep:", "if n is not None and n <= keep:",
         (f"{_HISTORY}::test_log_truncation_keeps_the_entry_its_checkpoint_ends_at_for_stale_views",),
@@ -330,6 +335,32 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_history.py::test_a_commit_retried_after_a_refresh_that_failed_half_way_never_answers_from_"
          "unproven_entries",),
         "G7: a retry whose refresh fails says StoreError (not decided) for a request an earlier try may have decided"),
+    Mutant(
+        "served-answer-waits-for-the-whole-entry", "coordinator/serving.py",
+        "self._write_records(entry, answers.written)", "self._write_records(entry)",
+        ("tests/test_serving.py::test_a_served_commit_is_answered_once_its_own_partitions_records_exist_not_the_"
+         "whole_entrys[memory]",),
+        "latency: every caller of a served round waits for the slowest partition record of the whole entry"),
+    Mutant(
+        "served-answer-before-its-records", "coordinator/serving.py",
+        "parts = {(p.topic, p.partition) for p in item.parts if p.rows} if isinstance(item, CommitItem) else set()",
+        "parts = set()",
+        ("tests/test_serving.py::test_a_served_commit_is_answered_once_its_own_partitions_records_exist_not_the_"
+         "whole_entrys[memory]",),
+        "G5: a served commit is acknowledged before its partition records (its second copy) exist"),
+    Mutant(
+        "records-written-unknown-to-their-callers", "coordinator/logcheckpoint.py",
+        "self._records_found.add(marker_path(rec.topic, rec.partition, rec.idx))", "pass",
+        ("tests/test_serving.py::test_a_served_commit_is_answered_once_its_own_partitions_records_exist_not_the_"
+         "whole_entrys[memory]",),
+        "cost: a caller answered early reads back the partition records this process has just written"),
+    Mutant(
+        "staging-reads-the-log-while-serving", "coordinator/sending.py",
+        "if not self._inflight.undecided() and not (at_commit and self.coordinator.serving_here):",
+        "if not self._inflight.undecided():",
+        ("tests/test_serving.py::test_a_commit_handed_to_this_processs_serving_thread_reads_nothing_of_the_log_"
+         "itself[memory]",),
+        "cost: every commit of a serving process reads the log and holds its lock against the serving thread"),
     Mutant(
         "serving-thread-hands-to-itself", "coordinator/serving.py",
         "if self._serving_thread == me or me in self._deciders or not (self._serving or self._trying)",

@@ -26,6 +26,7 @@ from coordinator import (
     parallel,
     read_snapshot,
     stage_segment,
+    txnlog,
 )
 from coordinator.decisions import Request, abort_request, commit_request, init_request, request_bytes
 from coordinator.layout import intent_path
@@ -621,3 +622,23 @@ def test_a_writer_checkpointing_partitions_computes_the_records_it_decided_inste
     checkpoints = [inner.list(f"topics/t/{p}/checkpoint") for p in range(4)]
     assert all(len(c) >= 4 for c in checkpoints), checkpoints  # 40 records each, a checkpoint every 8
     assert store.record_gets == 0
+
+
+def test_the_records_a_log_view_can_compute_are_bounded_by_the_entries_it_keeps_in_memory(
+        backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long-lived view keeps, per partition record, the entry that defines it only while that entry is in memory:
+    the map stays bounded by the entries kept, however many entries the view reads, with no read of the newest
+    checkpoint to prune it."""
+    monkeypatch.setattr(txnlog, "_RECENT_KEPT", 6)
+    make_topic(backend.open(), partitions=4)
+    coord = TransactionCoordinator(backend.open(), checkpoint_interval=2)
+    ident = coord.init_producer("bounded")
+    tbl = pa.Table.from_pylist(rows([1], "b"), schema=SCHEMA)
+    for n in range(30):
+        segs = [stage_segment(coord.store, "t", p, tbl, f"{ident.txn_id(n)}~{p}") for p in range(4)]
+        coord.commit(ident, ident.txn_id(n), segs)
+    log = coord.log
+    assert len(log._recent) == 6
+    kept = {(t, p, i) for e in log._recent.values() for t, p, i in e.touched}
+    assert set(log._record_seq) <= kept
+    assert len(log._record_seq) >= 4 * 5  # the entries in memory still define theirs

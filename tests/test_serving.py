@@ -25,8 +25,8 @@ from coordinator import (
     serving,
     stage_segment,
 )
-from coordinator.decisions import commit_request, request_bytes
-from coordinator.layout import TXN_LOG, intent_path, txn_log_path
+from coordinator.decisions import Request, commit_request, request_bytes
+from coordinator.layout import TXN_LOG, intent_path, marker_dir, txn_log_path
 from core_helpers import SCHEMA, Backend, LostReplyStore, committed_ids, make_topic, rows
 
 
@@ -333,3 +333,100 @@ def test_a_request_made_inside_a_try_of_the_same_thread_is_decided_there_not_han
     assert inner and inner[0] != "txnlog-serve"
     assert parallel.drain(30)
     assert committed_ids(backend) == [1, 2]
+
+
+class HeldRecords(ByThread):
+    """:class:`ByThread` whose partition records of ``held`` (a topic's partition) wait for ``release`` before they
+    are created, as a slow request to an object store does."""
+
+    def __init__(self, inner: Store, held: str) -> None:
+        super().__init__(inner)
+        self.held = held
+        self.release = threading.Event()
+        self.read: list[str] = []
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        if path.startswith(self.held + "/"):
+            self.release.wait(60)
+        return super().put_if_absent(path, data)
+
+    def get(self, path: str) -> bytes:
+        self.read.append(path)
+        return super().get(path)
+
+
+def _commit_of(store: Store, coord: TransactionCoordinator, tid: str, partition: int, value: int) -> Request:
+    ident = coord.init_producer(tid)
+    seg = stage_segment(store, "t", partition, pa.Table.from_pylist(rows([value], tid), schema=SCHEMA),
+                        f"{ident.txn_id(0)}~a", seq=0)
+    return commit_request(txn=ident.txn_id(0), tid=tid, pid=ident.pid, epoch=ident.epoch, n=0, segments=(seg,))
+
+
+def test_a_served_commit_is_answered_once_its_own_partitions_records_exist_not_the_whole_entrys(
+    backend: Backend,
+) -> None:
+    """A round's entry decides many commits; each caller is answered as soon as the records of the partitions it
+    published rows in are written (its second copy: docs/design.md, "A commit", step 4), not after the slowest
+    record of the entry. Before, one slow record put held every caller of the round."""
+    make_topic(backend.open(), partitions=2)
+    store = HeldRecords(backend.open(), held=marker_dir("t", 1))
+    coord = TransactionCoordinator(store)
+    fast, slow = _commit_of(store, coord, "fast", 0, 1), _commit_of(store, coord, "slow", 1, 2)
+    log = coord.log
+    with log._lock:
+        log._catch_up()
+        won = log._append([fast, slow])
+    assert won is not None
+    entry, _ = won
+    handed = [serving.HandedOver(fast), serving.HandedOver(slow)]
+    writing = threading.Thread(target=log._records_then_answer, args=(entry, handed))
+    writing.start()
+    try:
+        assert handed[0].done.wait(10), "the commit in partition 0 waited for the record of partition 1"
+        assert handed[0].outcome is not None and handed[0].outcome.status == "committed"
+        assert not handed[1].done.is_set()  # its own record is not written yet
+        # the caller's check of its second copy knows the record this process wrote, without asking the store
+        before = len(store.read)
+        log.secure_records(entry.seq, handed[0].outcome.item)  # type: ignore[arg-type]
+        assert store.read[before:] == []
+    finally:
+        store.release.set()
+        writing.join(30)
+    assert handed[1].done.is_set() and handed[1].outcome is not None
+    assert handed[1].outcome.status == "committed"
+    assert committed_ids(backend) == [1, 2]
+
+
+class ReadsByThread(ByThread):
+    """:class:`ByThread` noting which thread read each log entry."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.entry_reads: list[str] = []
+
+    def get(self, path: str) -> bytes:
+        if path.startswith(TXN_LOG + "/"):
+            self.entry_reads.append(threading.current_thread().name)
+        return super().get(path)
+
+
+@pytest.mark.usefixtures("serving_long")
+def test_a_commit_handed_to_this_processs_serving_thread_reads_nothing_of_the_log_itself(backend: Backend) -> None:
+    """While a thread of the process serves the queue, a commit staging its rows does not read the log to check
+    that its producer is not fenced (the serving thread decides the commit from its own view, which answers a
+    fenced producer just as well): that read only held the log's lock against the serving thread's next round."""
+    make_topic(backend.open(), partitions=2)
+    _intent_waiting(backend)
+    store = ReadsByThread(backend.open())
+    p = Producer(store, "a")
+    p.init_transactions()
+    with p.transaction():  # decides the waiting intent too, then serves the queue on its own thread
+        p.send("t", rows([1], "a"), partition=0)
+    assert p.coordinator.serving_here
+    before = len(store.entry_reads)
+    with p.transaction():
+        p.send("t", rows([2], "a"), partition=0)
+    assert store.entries_by[-1] == "txnlog-serve"
+    assert store.entry_reads[before:] == []
+    assert parallel.drain(30)
+    assert committed_ids(backend) == [1, 2, 1000]

@@ -213,6 +213,11 @@ class TransactionCoordinator:
         else:
             parallel.background(rm)
 
+    @property
+    def serving_here(self) -> bool:
+        """Whether this process serves the commit queue now (a hint; see ``TransactionLog.serving_here``)."""
+        return self.log.serving_here
+
     def check_current(self, ident: ProducerIdentity) -> None:
         """Read the log and check that ``ident`` is still the current epoch.
 

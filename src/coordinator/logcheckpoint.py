@@ -138,8 +138,23 @@ class LogCheckpoints:
         """:meth:`_after_win` in the background; returns a function waiting for it."""
         return parallel.background(functools.partial(self._after_win, entry, decided))
 
-    def _write_records(self, entry: LogEntry) -> None:
-        write_records(self.store, entry)
+    def _write_records(self, entry: LogEntry, written: Callable[[tuple[str, int]], None] | None = None) -> None:
+        """Write the partition records of ``entry`` (see :func:`write_records`), calling ``written`` with each
+        (topic, partition) once its record is there.
+
+        Raises:
+            StoreError: the store failed (records written before that are there).
+        """
+
+        def found(rec: PartitionRecord) -> None:
+            with self._records_lock:
+                if len(self._records_found) > 10_000:
+                    self._records_found.clear()
+                self._records_found.add(marker_path(rec.topic, rec.partition, rec.idx))
+            if written is not None:
+                written((rec.topic, rec.partition))
+
+        write_records(self.store, entry, found)
         with self._written_lock:  # not the log's lock, which a writer holds across a whole try
             self._written.add(entry.seq)
 
@@ -290,11 +305,15 @@ class LogCheckpoints:
         parallel.pmap(checkpoint, due)
 
 
-def write_records(store: Store, entry: LogEntry) -> None:
-    """Write the partition records ``entry`` defines, concurrently. Different bytes already at a record's place
-    mean that partition is damaged: logged (``verify`` reports it), never raised. Records carry no writer token on
-    purpose: a record's bytes are a pure function of its log entry, so equal bytes really are the same record,
-    whoever wrote them (see :mod:`coordinator.store`)."""
+def write_records(store: Store, entry: LogEntry, created: Callable[[PartitionRecord], None] | None = None) -> None:
+    """Write the partition records ``entry`` defines, concurrently, calling ``created`` with each one this call
+    created. Different bytes already at a record's place mean that partition is damaged: logged (``verify``
+    reports it), never raised. Records carry no writer token on purpose: a record's bytes are a pure function of
+    its log entry, so equal bytes really are the same record, whoever wrote them (see :mod:`coordinator.store`).
+
+    Raises:
+        StoreError: the store failed (records written before that are there).
+    """
     recs = list(records_of(entry).values())
 
     def put(rec: PartitionRecord) -> None:
@@ -303,6 +322,8 @@ def write_records(store: Store, entry: LogEntry) -> None:
         if not store.put_if_absent(path, rec.to_bytes()):
             log.error("partition %s/%d is damaged: %s holds other bytes than log entry %d defines", rec.topic,
                       rec.partition, path, entry.seq)
+        elif created is not None:
+            created(rec)
         faults.point("record.after")
 
     parallel.pmap(put, recs)

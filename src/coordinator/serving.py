@@ -35,7 +35,7 @@ from coordinator import faults, parallel
 from coordinator.decisions import Outcome, Request, outcome_of_item, waits
 from coordinator.errors import TxnLogError
 from coordinator.layout import intent_path
-from coordinator.records import LogEntry
+from coordinator.records import CommitItem, LogEntry
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -71,6 +71,41 @@ class HandedOver:
         self.done.set()
 
 
+class _Answers:
+    """The requests handed over that a created (and proven) entry decided, answered as the partition records of
+    that entry are written: each once none of the partitions its commit published rows in is left (at once when
+    there is none: an abort, or a request the entry did not decide, handed back)."""
+
+    def __init__(self, entry: LogEntry, handed: list[HandedOver]) -> None:
+        self._lock = threading.Lock()
+        items = {i.request: i for i in entry.items}
+        #: (request, its outcome, the partitions whose records it still waits for)
+        self._left: list[tuple[HandedOver, Outcome | None, set[tuple[str, int]]]] = []
+        for h in handed:
+            item = items.get(h.req.id)
+            parts = {(p.topic, p.partition) for p in item.parts if p.rows} if isinstance(item, CommitItem) else set()
+            self._left.append((h, None if item is None else outcome_of_item(item, entry.seq), parts))
+        self._answer(everyone=False)
+
+    def written(self, tp: tuple[str, int]) -> None:
+        """The record of ``tp`` is written."""
+        with self._lock:
+            for _h, _o, parts in self._left:
+                parts.discard(tp)
+        self._answer(everyone=False)
+
+    def rest(self) -> None:
+        """Answer every request not answered yet (all records written, or writing them failed)."""
+        self._answer(everyone=True)
+
+    def _answer(self, *, everyone: bool) -> None:
+        with self._lock:
+            ready = [x for x in self._left if everyone or not x[2]]
+            self._left = [x for x in self._left if not (everyone or not x[2])]
+        for h, outcome, _parts in ready:
+            h.answer(outcome)
+
+
 class Serving:
     """The serving thread and the requests handed to it; a mixin of :class:`~coordinator.txnlog.TransactionLog`."""
 
@@ -88,7 +123,8 @@ class Serving:
         def _prefetch(self) -> Callable[[], tuple[list[str], dict[str, Request]]]: ...
         def _waiting(self, names: list[str], own: str) -> list[Request]: ...
         def _append(self, reqs: list[Request]) -> tuple[LogEntry, list[str]] | None: ...
-        def _write_records(self, entry: LogEntry) -> None: ...
+        def _write_records(self, entry: LogEntry,
+                           written: Callable[[tuple[str, int]], None] | None = None) -> None: ...
         def _delete_quietly(self, paths: list[str]) -> None: ...
         def _checkpoint_due(self, seq: int) -> bool: ...
         def _checkpoint_quietly(self, seq: int) -> None: ...
@@ -136,6 +172,12 @@ class Serving:
     def _deciding(self) -> bool:
         """Whether some thread of this process is deciding a request itself (read without the lock: a hint)."""
         return bool(self._deciders)
+
+    @property
+    def serving_here(self) -> bool:
+        """Whether a thread of this process is serving the queue now: its commits are handed to that thread, whose
+        view of the log advances with every round it wins (read without the lock: a hint)."""
+        return self._serving
 
     def _serve_in_background(self) -> None:
         """Start serving the queue on a thread of its own, unless one already serves."""
@@ -221,15 +263,6 @@ class Serving:
         """Requests a round did not decide (it lost the race): the next round tries them first."""
         with self._serving_lock:
             self._handed[:0] = handed
-
-    @staticmethod
-    def _answer_from(entry: LogEntry, handed: list[HandedOver]) -> None:
-        """Answer the requests handed over from ``entry`` (created and proven the log's): decided there, or handed
-        back (nothing left to decide: the caller finds out itself)."""
-        items = {i.request: i for i in entry.items}
-        for h in handed:
-            item = items.get(h.req.id)
-            h.answer(None if item is None else outcome_of_item(item, entry.seq))
 
     def _served_by_another(self) -> bool:
         """Whether the newest entry read decided several requests and another process created it (a hint, read
@@ -329,12 +362,14 @@ class Serving:
         self._checkpoint_quietly(seq)
 
     def _records_then_answer(self, entry: LogEntry, handed: list[HandedOver]) -> None:
-        """Write the records of ``entry`` (a served round's), then answer the requests handed over that it decided
-        (their callers check the records again if this failed)."""
+        """Write the records of ``entry`` (a served round's), answering each request handed over that it decided
+        as soon as the records of the partitions where it published rows are written, not those of the whole
+        entry (a caller whose records are missing after a failure writes them itself: ``secure_records``)."""
+        answers = _Answers(entry, handed)
         try:
-            self._write_records(entry)
+            self._write_records(entry, answers.written)
         finally:
-            self._answer_from(entry, handed)
+            answers.rest()
 
     @staticmethod
     def _finish_listing(listing: Callable[[], object]) -> None:

@@ -109,7 +109,6 @@ class TransactionLog(GroupCommit, LogFollow, LogCheckpoints, LogProof, LogDamage
         self._record_seq: dict[tuple[str, int, int], int] = {}
         self._decisions: OrderedDict[str, tuple[Item, int]] = OrderedDict()
         self._intents: dict[str, Request] = {}
-        self._since_pointer = 0
         self._refreshed = -1e9
         #: entries applied to the view but not yet proven to be the log's (see :mod:`coordinator.logproof`): their
         #: decisions are taken only once proven
@@ -274,10 +273,6 @@ class TransactionLog(GroupCommit, LogFollow, LogCheckpoints, LogProof, LogDamage
             self._take_decisions(entry)
         while len(self._decisions) > _DECISIONS_KEPT:
             self._decisions.popitem(last=False)
-        self._since_pointer += 1
-        if self._since_pointer >= 4 * self.jump and len(self._record_seq) > 4 * _RECENT_KEPT:
-            self._since_pointer = 0
-            self._learn_checkpoint()
 
     def _take_decisions(self, entry: LogEntry) -> None:
         """Record the decisions of ``entry`` (one of the log's) by request id."""
