@@ -350,7 +350,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "G5: a served commit is acknowledged before its partition records (its second copy) exist"),
     Mutant(
         "records-written-unknown-to-their-callers", "coordinator/logcheckpoint.py",
-        "self._records_found.add(marker_path(rec.topic, rec.partition, rec.idx))", "pass",
+        "self._record_found(marker_path(rec.topic, rec.partition, rec.idx))", "pass",
         ("tests/test_serving.py::test_a_served_commit_is_answered_once_its_own_partitions_records_exist_not_the_"
          "whole_entrys[memory]",),
         "cost: a caller answered early reads back the partition records this process has just written"),

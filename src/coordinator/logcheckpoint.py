@@ -147,10 +147,7 @@ class LogCheckpoints:
         """
 
         def found(rec: PartitionRecord) -> None:
-            with self._records_lock:
-                if len(self._records_found) > 10_000:
-                    self._records_found.clear()
-                self._records_found.add(marker_path(rec.topic, rec.partition, rec.idx))
+            self._record_found(marker_path(rec.topic, rec.partition, rec.idx))
             if written is not None:
                 written((rec.topic, rec.partition))
 
@@ -178,10 +175,15 @@ class LogCheckpoints:
     def _look_for_record(self, path: str) -> None:
         # runs in the request pool while the refresh that started it holds the log's lock: never take that lock
         if self.store.exists(path):
-            with self._records_lock:
-                if len(self._records_found) > 10_000:
-                    self._records_found.clear()
-                self._records_found.add(path)
+            self._record_found(path)
+
+    def _record_found(self, path: str) -> None:
+        """Note that partition record ``path`` exists (:meth:`secure_records` then does not look for it); a bounded
+        memory, forgotten whole when full."""
+        with self._records_lock:
+            if len(self._records_found) > 10_000:
+                self._records_found.clear()
+            self._records_found.add(path)
 
     def secure_records(self, seq: int, item: CommitItem) -> None:
         """Make sure a second copy of commit ``item``, decided at entry ``seq``, is durable before it is
