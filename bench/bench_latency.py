@@ -16,7 +16,7 @@ S3-like latency per request (``latency_store.LatencyStore``: PUT 30, GET 15, LIS
    producers' CPU and store requests per commit. ``TMPDIR=/dev/shm`` puts the folder on tmpfs (no disk syncs).
 
     python bench/bench_latency.py [--commits 1,10,40] [--rounds 3] [--seconds 20] [--interval 100] [--only 1,2]
-                                  [--producers 1,16] [--commit-modes blocking,async] [--trace FILE]
+                                  [--producers 1,16] [--commit-modes blocking,async] [--trace FILE] [--rows FILE]
 
 Prints one table per measure.
 """
@@ -168,12 +168,13 @@ def _pct(xs: list[float], q: int) -> float:
 
 
 def end_to_end(seconds: float, interval_ms: float, producers: int = 1, pipelined: bool = False,
-               trace: str | None = None) -> dict[str, Any]:
+               trace: str | None = None, rows: str | None = None) -> dict[str, Any]:
     """One process per producer, each on its own partition, each committing a one-row transaction every
     ``interval_ms`` (or as soon as its previous commit returns, when that took longer; with ``pipelined``, as soon
     as fewer than ``max_in_flight`` of its commits are undecided: ``commit_transaction_async``), and one consumer
     process. With ``trace``, every request of every process is written to that file (JSON lines) and the gaps
-    between the log's entries are analysed (:func:`entry_gaps`)."""
+    between the log's entries are analysed (:func:`entry_gaps`); with ``rows``, every row received is written to
+    that file (CSV: seconds from the start when sent, when received, and its latency in ms)."""
     with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR", "/tmp")) as d:
         url = "file://" + d
         create_topic(open_store(url), "t", SCHEMA, producers)
@@ -204,6 +205,11 @@ def end_to_end(seconds: float, interval_ms: float, producers: int = 1, pipelined
         first_stop = min(v[4] for k, v in got.items() if k.startswith("producer"))
         steady = [x for x, sent, at in zip(from_send, sent_at, received_at, strict=True)
                   if sent >= start + WARM_UP_S and at < first_stop]
+        if rows is not None:
+            with open(rows, "w") as f:
+                f.write("sent_s,received_s,latency_ms\n")
+                for sent, at, ms in sorted(zip(sent_at, received_at, from_send, strict=True)):
+                    f.write(f"{sent - start:.4f},{at - start:.4f},{ms:.1f}\n")
         if trace is not None:
             requests = [(who, *ev) for who, v in got.items() for ev in v[-1]]
             write_trace(trace, requests)
@@ -266,6 +272,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trace", default=None, metavar="FILE",
                     help="measure 2: write every request of every process to FILE (JSON lines; one file per run, "
                          "suffixed with the run) and print the gaps between the log's entries")
+    ap.add_argument("--rows", default=None, metavar="FILE",
+                    help="measure 2: write every row received (when sent and received, its latency) to FILE (CSV; "
+                         "one file per run, suffixed with the run)")
     args = ap.parse_args(argv)
     only = set(args.only.split(","))
     print(f"latency (ms) {LatencyStore(MemoryStore('memory://x')).latency_ms}")
@@ -280,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         table(f"2. end to end, producer processes each on its own partition (a commit every {args.interval:.0f} ms "
               f"each), one consumer process (a poll every {1000 * POLL_EVERY_S:.0f} ms), local folder",
               [end_to_end(args.seconds, args.interval, int(n), mode == "async",
-                          f"{args.trace}.{n}-{mode}" if args.trace else None)
+                          f"{args.trace}.{n}-{mode}" if args.trace else None,
+                          f"{args.rows}.{n}-{mode}" if args.rows else None)
                for n in args.producers.split(",") for mode in args.commit_modes.split(",")])
     return 0
 

@@ -486,6 +486,38 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_maintenance.py::test_gc_reaps_a_transaction_that_staged_at_commit_and_never_reached_the_log"
          "[memory]",),
         "liveness: GC aborts, fencing its producer, a transaction still within its timeout"),
+    Mutant(
+        "retry-after-a-lost-race-decides-its-own", "coordinator/groupcommit.py",
+        "fresh=attempt == 0 or soon, fetch=not wrote_intent or soon)",
+        "fresh=attempt == 0 or soon, fetch=not wrote_intent)",
+        ("tests/test_serving.py::test_the_first_writer_to_retry_after_a_lost_race_decides_every_intent_it_lists"
+         "[memory]",),
+        "latency: writers that lost one race each decide their own request in an entry of their own, then all serve"),
+    Mutant(
+        "serving-thread-races-another-processs", "coordinator/serving.py",
+        "                            if self._served_by_another():\n                                # another process",
+        "                            if False:\n                                # another process",
+        ("tests/test_serving.py::test_a_serving_thread_started_for_handed_requests_joins_another_processs_serving_"
+         "instead_of_racing_it[memory]",),
+        "latency: processes starting at once each start a serving thread, whose writers race for every entry"),
+    Mutant(
+        "close-leaves-the-queue-to-a-take-over", "coordinator/producer.py",
+        "            self.coordinator.log.wind_down()", "            pass",
+        ("tests/test_serving.py::test_closing_a_producer_whose_process_serves_the_queue_decides_the_intents_waiting_"
+         "before_it_returns[memory]",),
+        "latency: a process exiting while it serves the queue leaves the intents waiting to an idle take-over"),
+    Mutant(
+        "wind-down-stops-at-a-listing-made-before-it", "coordinator/serving.py",
+        "(empty and self._wind_down_from <= looked_from)", "(empty and self._wind_down_from < float(\"inf\"))",
+        ("tests/test_serving.py::test_closing_a_producer_whose_process_serves_the_queue_decides_the_intents_waiting_"
+         "before_it_returns[memory]",),
+        "latency: a closing process stops serving on a listing made before an intent it could decide was written"),
+    Mutant(
+        "wind-down-unbounded", "coordinator/serving.py",
+        "while time.monotonic() < min(until, self._wind_down_at):", "while time.monotonic() < until:",
+        ("tests/test_serving.py::test_closing_a_producer_stops_its_serving_in_bounded_time_while_intents_keep_"
+         "coming[memory]",),
+        "liveness: closing a producer whose process serves a queue that never empties blocks for the whole serving"),
 )
 
 

@@ -8,6 +8,7 @@ import json
 import threading
 import time
 import uuid
+from collections.abc import Callable
 
 import pyarrow as pa
 import pytest
@@ -21,11 +22,12 @@ from coordinator import (
     TransactionCoordinator,
     faults,
     groupcommit,
+    intentqueue,
     parallel,
     serving,
     stage_segment,
 )
-from coordinator.decisions import Request, commit_request, request_bytes
+from coordinator.decisions import Request, commit_request, init_request, request_bytes
 from coordinator.layout import TXN_LOG, intent_path, marker_dir, txn_log_path
 from core_helpers import SCHEMA, Backend, LostReplyStore, committed_ids, make_topic, rows
 
@@ -430,3 +432,140 @@ def test_a_commit_handed_to_this_processs_serving_thread_reads_nothing_of_the_lo
     assert store.entry_reads[before:] == []
     assert parallel.drain(30)
     assert committed_ids(backend) == [1, 2, 1000]
+
+
+@pytest.mark.usefixtures("serving_long")
+def test_closing_a_producer_whose_process_serves_the_queue_decides_the_intents_waiting_before_it_returns(
+    backend: Backend,
+) -> None:
+    make_topic(backend.open(), partitions=2)
+    _intent_waiting(backend)
+    store = ByThread(backend.open())
+    p = Producer(store, "a")
+    p.init_transactions()
+    with p.transaction():  # decides the waiting intent too, then serves the queue on its own thread
+        p.send("t", rows([1], "a"), partition=0)
+    log = p.coordinator.log
+    assert log._serving
+    late = _intent_waiting(backend, 1)  # another process's commit, waiting; nobody else would decide it
+    served = store.entries_by.count("txnlog-serve")
+    p.close()
+    # closing stopped the serving (it would otherwise go on for seconds) once the waiting intent was decided by it
+    assert not log._serving
+    assert log.decision(late) is not None
+    assert store.entries_by.count("txnlog-serve") > served
+    assert committed_ids(backend) == [1, 1000, 1001]
+
+
+@pytest.mark.usefixtures("serving_long")
+def test_closing_a_producer_stops_its_serving_in_bounded_time_while_intents_keep_coming(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(serving, "WIND_DOWN_S", 0.3)
+    monkeypatch.setattr(serving, "LAST_ROUND_S", 1.0)
+    monkeypatch.setattr(intentqueue, "MAX_INTENTS_PER_ENTRY", 4)
+    make_topic(backend.open(), partitions=2)
+    _intent_waiting(backend)
+    p = Producer(backend.open(), "a")
+    p.init_transactions()
+    with p.transaction():
+        p.send("t", rows([1], "a"), partition=0)
+    log = p.coordinator.log
+    assert log._serving
+    feed_store = backend.open()
+    stop = threading.Event()
+    fed: list[str] = []
+
+    def feed() -> None:  # other processes' requests keep arriving: the queue is never empty
+        while not stop.is_set():
+            # many more waiting than one entry decides (MAX_INTENTS_PER_ENTRY): never empty at a listing
+            if sum(log.decision(r) is None for r in fed[-100:]) < 60:
+                req = init_request(f"feed{len(fed)}", None, 60_000, False)
+                feed_store.put(intent_path(req.id), request_bytes(req))
+                fed.append(req.id)
+            else:
+                time.sleep(0.001)
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    try:
+        while len(fed) < 60:
+            time.sleep(0.01)
+        p.close()  # serving would go on for 3 s (SERVE_S), the queue never empty
+        assert not log._serving
+    finally:
+        stop.set()
+        feeder.join()
+    assert parallel.drain(30)
+
+
+def test_a_serving_thread_started_for_handed_requests_joins_another_processs_serving_instead_of_racing_it(
+    backend: Backend,
+) -> None:
+    """A process's serving thread started for requests handed over (another thread of the process was in a try)
+    reads the log first; when another process turns out to serve the queue (its newest entry decided several
+    requests), the thread hands them back to join that queue instead of racing its writer. Before, processes
+    starting at once each started a serving thread, and their writers raced one another for every entry."""
+    make_topic(backend.open(), partitions=2)
+    here = TransactionCoordinator(backend.open())
+    mine = _commit_of(here.log.store, here, "mine", 0, 1)
+    # another process serving the queue: its newest entry decided two commits
+    other = TransactionCoordinator(backend.open())
+    served = [_commit_of(other.log.store, other, "o1", 1, 2), _commit_of(other.log.store, other, "o2", 1, 3)]
+    with other.log._lock:
+        other.log._catch_up()
+        won = other.log._append(served)
+    assert won is not None
+    other.log._write_records(won[0])
+    log = here.log
+    handed = serving.HandedOver(mine)
+    with log._serving_lock:
+        log._serving = True
+        log._handed.append(handed)
+    log._serve_then_stop(catch_up=True)
+    assert handed.done.is_set() and handed.error is None
+    assert handed.outcome is None, "the request was decided by a writer racing the one serving the queue"
+    assert log.decision(mine.id) is None
+    assert committed_ids(backend) == [2, 3]
+
+
+class RaceLostOnce(LostReplyStore):
+    """The real store; the first conditional write of a log entry after :attr:`race` is set loses its race: just
+    before it, ``race()`` runs (another writer takes that entry, and others queue behind it)."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.race: Callable[[], None] | None = None
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        race, self.race = (self.race, None) if path.startswith(TXN_LOG + "/") else (None, self.race)
+        if race is not None:
+            race()
+        return super().put_if_absent(path, data)
+
+
+def test_the_first_writer_to_retry_after_a_lost_race_decides_every_intent_it_lists(backend: Backend) -> None:
+    """Writers that lose one race queue at the same moment; the one that retries first (the log standing still)
+    decides every intent it lists, not only its own: before, each such retry decided its own request in an entry of
+    its own, and every winner then served the queue, racing the others."""
+    make_topic(backend.open(), partitions=2)
+    store = RaceLostOnce(backend.open())
+    here = TransactionCoordinator(store)
+    mine = _commit_of(store, here, "mine", 0, 1)
+    other = TransactionCoordinator(backend.open())
+    winner = _commit_of(other.log.store, other, "winner", 1, 2)
+    loser = _commit_of(other.log.store, other, "loser", 1, 3)
+
+    def race() -> None:
+        with other.log._lock:
+            other.log._catch_up()
+            assert other.log._append([winner]) is not None
+        other.log.store.put(intent_path(loser.id), request_bytes(loser))  # another writer that lost, queued
+
+    store.race = race
+    got = here.log.submit(mine)
+    assert got.status == "committed"
+    deciding = here.log.decision(loser.id)
+    assert deciding is not None and deciding[1] == got.seq, "the retry decided its own request only"
+    assert parallel.drain(30)
+    assert committed_ids(backend) == [1, 2, 3]

@@ -249,6 +249,7 @@ class GroupCommit(IntentQueue, Serving):
         queued = False
         start = time.monotonic()
         last_seq, idle = -2, 0
+        soon = False  # the one quick retry after queueing behind a lost race
         looked = float("inf")  # the last look at the log this wait took into account (its own or another thread's)
         # waiters that saw the log stand still at the same moment do not all take over at once
         patience = IDLE_POLLS + random.randint(0, IDLE_POLLS)
@@ -270,7 +271,7 @@ class GroupCommit(IntentQueue, Serving):
                     self._in_try(1)
                     try:
                         won, result, queued = self._attempt(req, intentable, queue=intentable and not wrote_intent,
-                                                            fresh=attempt == 0, fetch=not wrote_intent)
+                                                            fresh=attempt == 0 or soon, fetch=not wrote_intent or soon)
                     finally:
                         self._in_try(-1)
             except CommitStateUnknownError:
@@ -345,8 +346,12 @@ class GroupCommit(IntentQueue, Serving):
                         f"the store failed or the log is damaged while request {req.id} was waiting to be decided; "
                         f"it may still be: {exc}") from exc
                 idle = patience if self.state.seq == lost_at else 0
+                # the writers that lost that race queued at the same moment: the one retrying first decides every
+                # intent it lists, instead of each deciding its own in an entry of its own (then all serving)
+                soon = idle == patience
                 last_seq = self.state.seq
             elif wrote_intent:
+                soon = False
                 idle = idle + 1 if self.state.seq == last_seq else 0
                 last_seq = self.state.seq
                 time.sleep(random.uniform(0.5, 1.5) * POLL_S)

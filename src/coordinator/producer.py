@@ -136,6 +136,8 @@ class Producer(Sending):
         check_name("transactional id", transactional_id)
         self.store = store if isinstance(store, Store) else open_store(store, options)
         self.config = config or ProducerConfig()
+        #: a coordinator of its own (not shared): closing the producer winds its serving down
+        self._own_coordinator = coordinator is None
         self.coordinator = coordinator or TransactionCoordinator(
             self.store, transaction_timeout_ms=self.config.transaction_timeout_ms
         )
@@ -377,7 +379,12 @@ class Producer(Sending):
 
     def close(self) -> None:
         """Abort any open transaction (best effort), drop buffers and end the producer: every later call raises
-        :class:`ClientClosedError`. The store is not closed (the caller's, or shared). Idempotent."""
+        :class:`ClientClosedError`. The store is not closed (the caller's, or shared). Idempotent.
+
+        When the producer's own coordinator (not one passed in, shared) is serving the queue of other writers'
+        waiting commits, ``close`` lets it decide them first, for at most
+        :data:`~coordinator.serving.WIND_DOWN_S` seconds: once this process exits, they would wait for another
+        writer to notice the log standing still and take over."""
         if self._closed:
             return
         self._inflight.close()
@@ -386,6 +393,8 @@ class Producer(Sending):
                 self.abort_transaction()
             except TxnLogError:
                 pass
+        if self._own_coordinator:
+            self.coordinator.log.wind_down()
         self._reset()
         self._closed = True
 

@@ -54,6 +54,11 @@ SERVE_S = 30.0
 SERVE_EMPTY_LOOKS = 4
 #: A writer serving the queue stops after losing this many races in a row (another writer serves it).
 SERVE_LOSSES = 2
+#: A process closing its producer lets its serving thread serve the intents still waiting for at most this long
+#: (:meth:`Serving.wind_down`): its exit would otherwise leave them to a take-over after idle looks.
+WIND_DOWN_S = 2.0
+#: ... and waits at most this much longer for the round under way when the time is up (its entry, its records).
+LAST_ROUND_S = 5.0
 
 
 @dataclass
@@ -140,7 +145,11 @@ class Serving:
 
     def _init_serving(self) -> None:
         self._serving_lock = threading.Lock()
+        #: notified when serving stops
+        self._serving_stopped = threading.Condition(self._serving_lock)
         self._serving = False
+        #: since when serving winds down (monotonic), and when it stops at the latest (see wind_down)
+        self._wind_down_from = self._wind_down_at = float("inf")
         self._serving_thread = None
         self._handed = []
         #: threads of this process deciding a request themselves (a try, or waiting as an intent): ident -> depth
@@ -179,12 +188,32 @@ class Serving:
         view of the log advances with every round it wins (read without the lock: a hint)."""
         return self._serving
 
+    def wind_down(self, timeout: float | None = None) -> bool:
+        """Have this process's serving thread (if one serves) stop once the queue is empty, or ``timeout`` seconds
+        from now at the latest, and wait until it has stopped, its entries' records written: a process about to
+        exit leaves no intent it could have decided to the other writers' idle take-over. Serving that starts
+        later (a commit made after this call) runs as usual. Never raises. ``timeout`` defaults to
+        :data:`WIND_DOWN_S`.
+
+        Returns:
+            whether no thread serves any more.
+        """
+        with self._serving_lock:
+            if not self._serving:
+                return True
+            timeout = WIND_DOWN_S if timeout is None else timeout
+            now = time.monotonic()
+            self._wind_down_from = min(self._wind_down_from, now)
+            self._wind_down_at = min(self._wind_down_at, now + timeout)
+            return self._serving_stopped.wait_for(lambda: not self._serving, timeout + LAST_ROUND_S)
+
     def _serve_in_background(self) -> None:
         """Start serving the queue on a thread of its own, unless one already serves."""
         with self._serving_lock:
             if self._serving:
                 return
             self._serving = True
+            self._wind_down_from = self._wind_down_at = float("inf")
         parallel.thread(self._serve_then_stop, name="txnlog-serve")
 
     def _serve_then_stop(self, *, catch_up: bool = False) -> None:
@@ -202,6 +231,7 @@ class Serving:
             with self._serving_lock:
                 self._serving, self._serving_thread = False, None
                 handed, self._handed = self._handed, []
+                self._serving_stopped.notify_all()
             for h in handed:
                 h.answer(error=error)
 
@@ -225,6 +255,7 @@ class Serving:
                 return None
             if not self._serving:
                 self._serving = start = True
+                self._wind_down_from = self._wind_down_at = float("inf")
             h = HandedOver(req)
             self._handed.append(h)
         if start:
@@ -286,16 +317,21 @@ class Serving:
         until = time.monotonic() + SERVE_S
         empty = lost = 0
         with self._lock:
-            listing = self._prefetch()
+            listed_from, listing = time.monotonic(), self._prefetch()
         try:
-            while time.monotonic() < until:
+            while time.monotonic() < min(until, self._wind_down_at):
                 try:
                     names, fetched = listing()
+                    looked_from = listed_from
                     with self._lock:
                         self._intents.update(fetched)
                         if catch_up:
                             catch_up = False
                             self._catch_up()
+                            if self._served_by_another():
+                                # another process serves the queue (it began while this thread was starting): the
+                                # requests handed over join its queue instead of racing it
+                                return
                         elif lost:
                             # the entry that won the race: listed, not asked for by name, so a view that fell far
                             # behind while serving jumps to the newest checkpoint at once
@@ -317,11 +353,12 @@ class Serving:
                             # committers decided by the last entry come back with their next commit soon: a queue
                             # that is empty for a moment is looked at a few more times before serving stops
                             empty = 0 if others or handed else empty + 1
-                            if empty > SERVE_EMPTY_LOOKS:
+                            # winding down, the queue is served once a listing begun since finds it empty
+                            if empty > SERVE_EMPTY_LOOKS or (empty and self._wind_down_from <= looked_from):
                                 return
                             # An intent listed now but decided by the entry created below is filtered out next
                             # round (it is decided in the state by then); one written later is in the next listing.
-                            listing = self._prefetch()
+                            listed_from, listing = time.monotonic(), self._prefetch()
                             if handed:
                                 self._waited.update((h.req.id, self.state.seq) for h in handed)
                             won = self._append([h.req for h in handed] + others) if others or handed else None
