@@ -518,6 +518,19 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_serving.py::test_closing_a_producer_stops_its_serving_in_bounded_time_while_intents_keep_"
          "coming[memory]",),
         "liveness: closing a producer whose process serves a queue that never empties blocks for the whole serving"),
+    Mutant(
+        "pipelined-handed-back-while-its-earlier-waits", "coordinator/serving.py",
+        "keep = [h for h in handed if h.req.id not in done and waits(h.req, self.state)]",
+        "keep = [h for h in handed if h.req.id not in done and False]",
+        ("tests/test_serving.py::test_a_pipelined_request_handed_over_stays_with_the_serving_thread_until_its_"
+         "earlier_one_is_decided[memory]",),
+        "latency: the serving process's pipelined commits fall back to intents, each behind the one before"),
+    Mutant(
+        "waiter-reads-the-log-while-its-process-serves", "coordinator/groupcommit.py",
+        "if self._refreshed <= looked and not self._serving:", "if self._refreshed <= looked:",
+        ("tests/test_serving.py::test_a_request_waiting_as_an_intent_reads_no_log_while_its_process_serves_the_"
+         "queue[memory]",),
+        "latency: a request of the serving process waiting as an intent holds the log's lock against its rounds"),
 )
 
 

@@ -27,7 +27,7 @@ from coordinator import (
     serving,
     stage_segment,
 )
-from coordinator.decisions import Request, commit_request, init_request, request_bytes
+from coordinator.decisions import Outcome, Request, commit_request, init_request, request_bytes
 from coordinator.layout import TXN_LOG, intent_path, marker_dir, txn_log_path
 from core_helpers import SCHEMA, Backend, LostReplyStore, committed_ids, make_topic, rows
 
@@ -569,3 +569,70 @@ def test_the_first_writer_to_retry_after_a_lost_race_decides_every_intent_it_lis
     assert deciding is not None and deciding[1] == got.seq, "the retry decided its own request only"
     assert parallel.drain(30)
     assert committed_ids(backend) == [1, 2, 3]
+
+
+@pytest.mark.usefixtures("serving_long")
+def test_a_pipelined_request_handed_over_stays_with_the_serving_thread_until_its_earlier_one_is_decided(
+    backend: Backend,
+) -> None:
+    """A pipelined commit handed to the serving thread while the transaction it follows waits as an intent not yet
+    listed is kept for the next rounds, and decided right after that one. Handed back, it was handed over again
+    and again and then waited as an intent itself; so did every later commit of its producer, each waiting behind
+    the one before: the serving process's own commits stayed on the slow path for the rest of the run."""
+    make_topic(backend.open(), partitions=2)
+    store = backend.open()
+    here = TransactionCoordinator(store)
+    ident = here.init_producer("p")
+    segs = [stage_segment(store, "t", 0, pa.Table.from_pylist(rows([n + 1], "p"), schema=SCHEMA),
+                          f"{ident.txn_id(n)}~a", seq=n) for n in range(2)]
+    first = commit_request(txn=ident.txn_id(0), tid=ident.tid, pid=ident.pid, epoch=ident.epoch, n=0,
+                           segments=(segs[0],))
+    second = commit_request(txn=ident.txn_id(1), tid=ident.tid, pid=ident.pid, epoch=ident.epoch, n=1,
+                            segments=(segs[1],), after=0)
+    other = _intent_waiting(backend)  # something for the first round to decide
+    log = here.log
+    handed = serving.HandedOver(second)
+    with log._serving_lock:
+        log._serving = True
+        log._handed.append(handed)
+    serve = threading.Thread(target=log._serve_then_stop, kwargs={"catch_up": True})
+    serve.start()
+    try:
+        deadline = time.monotonic() + 30
+        while log.decision(other) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert log.decision(other) is not None
+        assert not handed.done.wait(0.5), "handed back while the transaction it follows was undecided"
+        store.put(intent_path(first.id), request_bytes(first))  # the earlier commit, waiting as an intent
+        assert handed.done.wait(30)
+        assert handed.error is None and handed.outcome is not None and handed.outcome.status == "committed"
+    finally:
+        log.wind_down(0)
+        serve.join(30)
+    assert parallel.drain(30)
+    assert committed_ids(backend) == [1, 2, 1000]
+
+
+def test_a_request_waiting_as_an_intent_reads_no_log_while_its_process_serves_the_queue(backend: Backend) -> None:
+    """A request of the serving process that waits as an intent (a retry, or one the serving thread handed back)
+    leaves the log to the serving thread, whose rounds keep the view current: each look of its own held the log's
+    lock against the next round."""
+    make_topic(backend.open(), partitions=2)
+    store = ReadsByThread(backend.open())
+    here = TransactionCoordinator(store)
+    mine = _commit_of(store, here, "mine", 0, 1)
+    _intent_waiting(backend)  # waiting: the request queues behind it
+    log = here.log
+    with log._serving_lock:
+        log._serving = True  # as while a thread of this process serves (none does here: the wait ends in a take-over)
+    log._waited[mine.id] = log.state.seq  # a retry: not handed over
+    got: list[Outcome] = []
+    waiter = threading.Thread(target=lambda: got.append(log.submit(mine)), name="waiter")
+    waiter.start()
+    waiter.join(60)
+    with log._serving_lock:
+        log._serving = False
+    assert got and got[0].status == "committed"
+    assert store.intents, "the request never waited as an intent"
+    # its first try and the take-over after idle looks read the log; the looks in between did not
+    assert store.entry_reads.count("waiter") <= 3, store.entry_reads

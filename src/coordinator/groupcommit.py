@@ -257,8 +257,10 @@ class GroupCommit(IntentQueue, Serving):
             try:
                 if wrote_intent and idle < patience:
                     with self._lock:
-                        if self._refreshed <= looked:
-                            # (threads of one process waiting at once look in turn, not each every time)
+                        # (threads of one process waiting at once look in turn, not each every time; none while
+                        # a thread of the process serves the queue: its rounds keep the view current, and a
+                        # look would hold the log's lock against its next round)
+                        if self._refreshed <= looked and not self._serving:
                             # the records of the entry deciding req are looked for while it is proven
                             self._read_ahead = self._records_ahead(req.id)
                             try:

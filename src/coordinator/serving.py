@@ -295,6 +295,18 @@ class Serving:
         with self._serving_lock:
             self._handed[:0] = handed
 
+    def _keep_waiting(self, entry: LogEntry, handed: list[HandedOver]) -> list[HandedOver]:
+        """The requests handed over that ``entry`` decided or answers; those it left undecided because each waits
+        for an earlier transaction of its producer still undecided (pipelined) stay handed over for the next round
+        (caller holds the lock). Handed back instead, each would be handed over again at once, and after
+        :data:`~coordinator.groupcommit.HAND_OVERS` tries wait as an intent, as would every later commit of its
+        producer waiting behind it."""
+        done = {i.request for i in entry.items}
+        keep = [h for h in handed if h.req.id not in done and waits(h.req, self.state)]
+        if keep:
+            self._give_back(keep)
+        return [h for h in handed if h not in keep]
+
     def _served_by_another(self) -> bool:
         """Whether the newest entry read decided several requests and another process created it (a hint, read
         without the lock)."""
@@ -362,6 +374,8 @@ class Serving:
                             if handed:
                                 self._waited.update((h.req.id, self.state.seq) for h in handed)
                             won = self._append([h.req for h in handed] + others) if others or handed else None
+                            if won is not None:
+                                handed = self._keep_waiting(won[0], handed)
                         except BaseException as exc:
                             for h in handed:  # they learn from the log whether the entry decided them
                                 h.answer(error=exc)
