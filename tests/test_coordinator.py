@@ -596,10 +596,12 @@ class RecordReads(LostReplyStore):
     def __init__(self, inner: Store) -> None:
         super().__init__(inner)
         self.record_gets = 0
+        self.records_read: list[int] = []  # their numbers
 
     def get(self, path: str) -> bytes:
         if path.startswith("topics/") and "/log/" in path:
             self.record_gets += 1
+            self.records_read.append(int(path.rsplit("/", 1)[1].split(".")[0]))
         return super().get(path)
 
 
@@ -642,3 +644,44 @@ def test_the_records_a_log_view_can_compute_are_bounded_by_the_entries_it_keeps_
     kept = {(t, p, i) for e in log._recent.values() for t, p, i in e.touched}
     assert set(log._record_seq) <= kept
     assert len(log._record_seq) >= 4 * 5  # the entries in memory still define theirs
+
+
+def test_after_a_reset_the_records_a_view_can_compute_are_still_computed_once_a_checkpoint_covers_them(
+        backend: Backend) -> None:
+    """A reset (a jump back over entries a refresh applied unproven, say) drops the entries from memory but may leave
+    their keys in the map of computable records; the next coordinator checkpoint prunes those, and only those: the
+    records of entries read again since, in memory, are still computed rather than read back."""
+    inner = backend.open()
+    make_topic(inner, partitions=4)
+    store = RecordReads(inner)
+    coord = TransactionCoordinator(store, checkpoint_interval=2, partition_checkpoint_interval=8)
+    ident = coord.init_producer("spread")
+    tbl = pa.Table.from_pylist(rows([1], "s"), schema=SCHEMA)
+
+    def commit(n: int) -> None:
+        segs = [stage_segment(store, "t", p, tbl, f"{ident.txn_id(n)}~{p}") for p in range(4)]
+        coord.commit(ident, ident.txn_id(n), segs)
+
+    for n in range(6):
+        commit(n)
+    coord.log.flush()
+    log = coord.log
+    ck = log.last_checkpoint()
+    assert ck is not None
+    commit(6)  # its entry lies beyond the checkpoint the view is reset to
+    with log._lock:
+        log._reset(ck)
+    assert any(s > ck.seq for s in log._record_seq.values())  # keys of entries no longer in memory
+    for n in range(7, 11):
+        commit(n)
+    coord.log.flush()
+    # (the first entries after the reset may read records back: those the reset dropped from memory, and the first
+    # checks of their own; from here on, every record is one of an entry in memory)
+    del store.records_read[:]
+    for n in range(11, 40):
+        commit(n)
+    coord.log.flush()
+    assert all(len(inner.list(f"topics/t/{p}/checkpoint")) >= 4 for p in range(4))
+    assert store.records_read == []
+    kept = {(t, p, i) for e in log._recent.values() for t, p, i in e.touched}
+    assert set(log._record_seq) <= kept
