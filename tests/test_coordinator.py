@@ -5,6 +5,8 @@ did."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pyarrow as pa
 import pytest
 
@@ -605,6 +607,22 @@ class RecordReads(LostReplyStore):
         return super().get(path)
 
 
+def _spread_writer(inner: Store) -> tuple[RecordReads, TransactionCoordinator, Callable[[int], None]]:
+    """A topic of 4 partitions on ``inner``; a writer checkpointing every 2 entries and each partition every 8
+    records, on a store counting record reads; and ``commit(n)``: its transaction ``n``, one row in each partition."""
+    make_topic(inner, partitions=4)
+    store = RecordReads(inner)
+    coord = TransactionCoordinator(store, checkpoint_interval=2, partition_checkpoint_interval=8)
+    ident = coord.init_producer("spread")
+    tbl = pa.Table.from_pylist(rows([1], "s"), schema=SCHEMA)
+
+    def commit(n: int) -> None:
+        segs = [stage_segment(store, "t", p, tbl, f"{ident.txn_id(n)}~{p}") for p in range(4)]
+        coord.commit(ident, ident.txn_id(n), segs)
+
+    return store, coord, commit
+
+
 def test_a_writer_checkpointing_partitions_computes_the_records_it_decided_instead_of_reading_them(
         backend: Backend) -> None:
     """A writer checkpoints a partition's index every few records, catching the index up over the records since
@@ -612,14 +630,9 @@ def test_a_writer_checkpointing_partitions_computes_the_records_it_decided_inste
     coordinator checkpoint covers them. (It used to forget them at every coordinator checkpoint and read each one
     back, one request after another: a writer serving 16 busy partitions spent a sixth of its requests on that.)"""
     inner = backend.open()
-    make_topic(inner, partitions=4)
-    store = RecordReads(inner)
-    coord = TransactionCoordinator(store, checkpoint_interval=2, partition_checkpoint_interval=8)
-    ident = coord.init_producer("spread")
-    tbl = pa.Table.from_pylist(rows([1], "s"), schema=SCHEMA)
+    store, coord, commit = _spread_writer(inner)
     for n in range(40):
-        segs = [stage_segment(store, "t", p, tbl, f"{ident.txn_id(n)}~{p}") for p in range(4)]
-        coord.commit(ident, ident.txn_id(n), segs)
+        commit(n)
     coord.log.flush()
     checkpoints = [inner.list(f"topics/t/{p}/checkpoint") for p in range(4)]
     assert all(len(c) >= 4 for c in checkpoints), checkpoints  # 40 records each, a checkpoint every 8
@@ -652,16 +665,7 @@ def test_after_a_reset_the_records_a_view_can_compute_are_still_computed_once_a_
     their keys in the map of computable records; the next coordinator checkpoint prunes those, and only those: the
     records of entries read again since, in memory, are still computed rather than read back."""
     inner = backend.open()
-    make_topic(inner, partitions=4)
-    store = RecordReads(inner)
-    coord = TransactionCoordinator(store, checkpoint_interval=2, partition_checkpoint_interval=8)
-    ident = coord.init_producer("spread")
-    tbl = pa.Table.from_pylist(rows([1], "s"), schema=SCHEMA)
-
-    def commit(n: int) -> None:
-        segs = [stage_segment(store, "t", p, tbl, f"{ident.txn_id(n)}~{p}") for p in range(4)]
-        coord.commit(ident, ident.txn_id(n), segs)
-
+    store, coord, commit = _spread_writer(inner)
     for n in range(6):
         commit(n)
     coord.log.flush()

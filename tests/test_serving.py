@@ -69,6 +69,18 @@ def _intent_waiting(backend: Backend, n: int = 0) -> str:
     return req.id
 
 
+def _serving_producer(backend: Backend, store: Store) -> Producer:
+    """Producer ``a`` on ``store`` whose first commit (row 1, partition 0 of topic ``t``) decided another process's
+    waiting intent (row 1000) too, so its process serves the queue on a thread of its own."""
+    make_topic(backend.open(), partitions=2)
+    _intent_waiting(backend)
+    p = Producer(store, "a")
+    p.init_transactions()
+    with p.transaction():
+        p.send("t", rows([1], "a"), partition=0)
+    return p
+
+
 @pytest.fixture
 def serving_long(monkeypatch: pytest.MonkeyPatch) -> None:
     """Serving goes on while the queue is empty (for 3 s), so a test's next commit finds it serving."""
@@ -105,13 +117,8 @@ def test_the_serving_writers_caller_is_answered_at_once_and_its_next_commit_join
 def test_a_request_handed_to_a_served_round_whose_entry_is_unknown_learns_its_outcome_from_the_log(
     backend: Backend,
 ) -> None:
-    make_topic(backend.open(), partitions=2)
-    _intent_waiting(backend)
     store = ByThread(backend.open())
-    p = Producer(store, "a")
-    p.init_transactions()
-    with p.transaction():
-        p.send("t", rows([1], "a"), partition=0)
+    p = _serving_producer(backend, store)
     assert p.coordinator.log._serving
     store.fail_served_entry = True
     p.begin_transaction()
@@ -417,13 +424,8 @@ def test_a_commit_handed_to_this_processs_serving_thread_reads_nothing_of_the_lo
     """While a thread of the process serves the queue, a commit staging its rows does not read the log to check
     that its producer is not fenced (the serving thread decides the commit from its own view, which answers a
     fenced producer just as well): that read only held the log's lock against the serving thread's next round."""
-    make_topic(backend.open(), partitions=2)
-    _intent_waiting(backend)
     store = ReadsByThread(backend.open())
-    p = Producer(store, "a")
-    p.init_transactions()
-    with p.transaction():  # decides the waiting intent too, then serves the queue on its own thread
-        p.send("t", rows([1], "a"), partition=0)
+    p = _serving_producer(backend, store)
     assert p.coordinator.serving_here
     before = len(store.entry_reads)
     with p.transaction():
@@ -438,13 +440,8 @@ def test_a_commit_handed_to_this_processs_serving_thread_reads_nothing_of_the_lo
 def test_closing_a_producer_whose_process_serves_the_queue_decides_the_intents_waiting_before_it_returns(
     backend: Backend,
 ) -> None:
-    make_topic(backend.open(), partitions=2)
-    _intent_waiting(backend)
     store = ByThread(backend.open())
-    p = Producer(store, "a")
-    p.init_transactions()
-    with p.transaction():  # decides the waiting intent too, then serves the queue on its own thread
-        p.send("t", rows([1], "a"), partition=0)
+    p = _serving_producer(backend, store)
     log = p.coordinator.log
     assert log._serving
     late = _intent_waiting(backend, 1)  # another process's commit, waiting; nobody else would decide it
@@ -464,12 +461,7 @@ def test_closing_a_producer_stops_its_serving_in_bounded_time_while_intents_keep
     monkeypatch.setattr(serving, "WIND_DOWN_S", 0.3)
     monkeypatch.setattr(serving, "LAST_ROUND_S", 1.0)
     monkeypatch.setattr(intentqueue, "MAX_INTENTS_PER_ENTRY", 4)
-    make_topic(backend.open(), partitions=2)
-    _intent_waiting(backend)
-    p = Producer(backend.open(), "a")
-    p.init_transactions()
-    with p.transaction():
-        p.send("t", rows([1], "a"), partition=0)
+    p = _serving_producer(backend, backend.open())
     log = p.coordinator.log
     assert log._serving
     feed_store = backend.open()
