@@ -531,6 +531,13 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_serving.py::test_a_request_waiting_as_an_intent_reads_no_log_while_its_process_serves_the_"
          "queue[memory]",),
         "latency: a request of the serving process waiting as an intent holds the log's lock against its rounds"),
+    Mutant(
+        "waiter-takes-over-a-slow-log", "coordinator/groupcommit.py",
+        "time.monotonic() - moved_at < min(TAKE_OVER_MAX_S, 3 * self._entry_gap):",
+        "time.monotonic() - moved_at < 0.0:",
+        ("tests/test_serving.py::test_a_waiter_takes_over_a_slow_log_only_once_it_stood_still_for_several_of_its_"
+         "gaps[memory]",),
+        "throughput: on a machine short of CPU, waiters take over a slow log after a few looks and race its server"),
 )
 
 

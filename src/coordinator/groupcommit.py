@@ -63,6 +63,8 @@ JUST_READ_S = 0.2
 #: A waiting request tries to append itself only after the log stood still for this many looks (longer than one
 #: round of the writer serving the queue: list, read intents, write).
 IDLE_POLLS = 4
+#: ... and only when the log stood still for three times its recent gap between entries, or this long.
+TAKE_OVER_MAX_S = 1.0
 #: A request handed back undecided (the serving thread stopped first) is handed over again at most this often.
 HAND_OVERS = 8
 #: How long a pipelined request waits behind a transaction its process gave up deciding (see GroupCommit.abandon).
@@ -126,6 +128,7 @@ class GroupCommit(IntentQueue, Serving):
         def _catch_up(self) -> None: ...
         def _list_forward(self, *, checked: bool) -> None: ...
         def _remember(self, entry: LogEntry, *, proven: bool = True) -> None: ...
+        _entry_gap: float
         def _outcome(self, req: Request, *, since: int | None = None) -> Outcome | None: ...
 
         # proving entries the log's (LogProof)
@@ -250,6 +253,7 @@ class GroupCommit(IntentQueue, Serving):
         start = time.monotonic()
         last_seq, idle = -2, 0
         soon = False  # the one quick retry after queueing behind a lost race
+        moved_at = time.monotonic()  # when this wait last saw the log move
         looked = float("inf")  # the last look at the log this wait took into account (its own or another thread's)
         # waiters that saw the log stand still at the same moment do not all take over at once
         patience = IDLE_POLLS + random.randint(0, IDLE_POLLS)
@@ -355,6 +359,10 @@ class GroupCommit(IntentQueue, Serving):
             elif wrote_intent:
                 soon = False
                 idle = idle + 1 if self.state.seq == last_seq else 0
+                if self.state.seq != last_seq:
+                    moved_at = time.monotonic()
+                elif idle >= patience and time.monotonic() - moved_at < min(TAKE_OVER_MAX_S, 3 * self._entry_gap):
+                    idle = patience - 1  # the log is slow, not standing still: look again before taking over
                 last_seq = self.state.seq
                 time.sleep(random.uniform(0.5, 1.5) * POLL_S)
             else:

@@ -107,6 +107,8 @@ class TransactionLog(GroupCommit, LogFollow, LogCheckpoints, LogProof, LogDamage
         self.checkpoint_seq = -1
         self._recent: OrderedDict[int, LogEntry] = OrderedDict()
         self._record_seq: dict[tuple[str, int, int], int] = {}
+        #: the recent mean gap between entries this view took in (seconds), and when it took in the last
+        self._entry_gap, self._entry_at = 0.0, time.monotonic()
         self._decisions: OrderedDict[str, tuple[Item, int]] = OrderedDict()
         self._intents: dict[str, Request] = {}
         self._refreshed = -1e9
@@ -259,6 +261,9 @@ class TransactionLog(GroupCommit, LogFollow, LogCheckpoints, LogProof, LogDamage
         self._remember(entry, proven=False)
 
     def _remember(self, entry: LogEntry, *, proven: bool = True) -> None:
+        now = time.monotonic()
+        self._entry_gap += 0.1 * (now - self._entry_at - self._entry_gap)
+        self._entry_at = now
         self._recent[entry.seq] = entry
         while len(self._recent) > _RECENT_KEPT:
             _, old = self._recent.popitem(last=False)
