@@ -212,9 +212,13 @@ class Serving:
         with self._serving_lock:
             if self._serving:
                 return
-            self._serving = True
-            self._wind_down_from = self._wind_down_at = float("inf")
+            self._begin_serving()
         parallel.thread(self._serve_then_stop, name="txnlog-serve")
+
+    def _begin_serving(self) -> None:
+        """Mark a serving thread as starting, not winding down (caller holds ``_serving_lock``)."""
+        self._serving = True
+        self._wind_down_from = self._wind_down_at = float("inf")
 
     def _serve_then_stop(self, *, catch_up: bool = False) -> None:
         error: BaseException | None = None
@@ -254,8 +258,8 @@ class Serving:
                 self._count_decider(1)
                 return None
             if not self._serving:
-                self._serving = start = True
-                self._wind_down_from = self._wind_down_at = float("inf")
+                self._begin_serving()
+                start = True
             h = HandedOver(req)
             self._handed.append(h)
         if start:
