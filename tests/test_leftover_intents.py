@@ -9,8 +9,8 @@ import time
 import pytest
 
 from coordinator import Producer, parallel
-from coordinator.decisions import InitRequest, request_bytes
 from coordinator.layout import TXN_INTENTS, intent_path
+from coordinator.requests import InitRequest, request_bytes
 from core_helpers import Backend, committed_ids, make_topic, rows
 
 

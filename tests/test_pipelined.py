@@ -28,10 +28,10 @@ from coordinator import (
     read_snapshot,
     stage_segment,
 )
-from coordinator.decisions import TxnRequest, commit_request, request_bytes, request_from_bytes
 from coordinator.errors import CommitStateUnknownError
 from coordinator.inflight import InFlight
 from coordinator.layout import TXN_INTENTS, TXN_LOG, intent_path
+from coordinator.requests import TxnRequest, commit_request, request_bytes, request_from_bytes
 from coordinator.txntypes import ProducerIdentity
 from core_helpers import SCHEMA, Backend, LostReplyStore, committed_ids, make_topic, rows
 

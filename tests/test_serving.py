@@ -27,8 +27,9 @@ from coordinator import (
     serving,
     stage_segment,
 )
-from coordinator.decisions import Outcome, Request, commit_request, init_request, request_bytes
+from coordinator.decisions import Outcome
 from coordinator.layout import TXN_LOG, intent_path, marker_dir, txn_log_path
+from coordinator.requests import Request, commit_request, init_request, request_bytes
 from core_helpers import SCHEMA, Backend, LostReplyStore, committed_ids, make_topic, rows
 
 

@@ -19,13 +19,7 @@ from collections.abc import Iterable, Mapping
 
 from coordinator import faults, parallel
 from coordinator.coordops import CoordinatorOperations
-from coordinator.decisions import (
-    Outcome,
-    TxnRequest,
-    abort_request,
-    commit_request,
-    init_request,
-)
+from coordinator.decisions import Outcome
 from coordinator.errors import (
     AlreadyCommittedError,
     InvalidOptionError,
@@ -45,6 +39,7 @@ from coordinator.records import (
     is_ready,
     parse_txn_id,
 )
+from coordinator.requests import TxnRequest, abort_request, commit_request, init_request
 from coordinator.store import Store
 from coordinator.topics import TopicMeta, check_not_deleted, get_topic, list_topics
 from coordinator.txnlog import DEFAULT_CHECKPOINT_INTERVAL, TransactionLog
@@ -254,7 +249,7 @@ class TransactionCoordinator(CoordinatorOperations):
         when it first staged data); the entry that decides the commit aborts it instead if its time is more than
         the producer's timeout later. A transaction decided before (a retry) returns its recorded outcome.
         ``pipelined``: sent before transaction ``n - 1`` was decided; it is decided once that one is, and commits
-        only if that one committed (:attr:`~coordinator.decisions.TxnRequest.after`).
+        only if that one committed (:attr:`~coordinator.requests.TxnRequest.after`).
 
         Raises:
             ProducerFencedError: a newer epoch exists; nothing becomes visible.

@@ -23,33 +23,23 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from coordinator import faults, parallel
-from coordinator.decisions import (
-    INTENT_KINDS,
-    Outcome,
-    Request,
-    TxnRequest,
-    decide,
-    outcome_of_item,
-    request_bytes,
-    waits,
-)
+from coordinator.decisions import INTENT_KINDS, Outcome, decide, outcome_of_item, waits
 from coordinator.errors import (
     CommitStateUnknownError,
     ConcurrentCommitError,
     CorruptLogError,
     StoreError,
     TxnLogError,
-    UnsupportedFormatError,
 )
 from coordinator.intentqueue import IntentQueue
 from coordinator.layout import (
-    FORMAT_PATH,
     TXN_INTENTS,
     intent_path,
     txn_log_path,
 )
-from coordinator.probe import probe_conditional_writes
-from coordinator.records import FORMAT_VERSION, Item, LogEntry, decode_json, encode_json, item_partitions
+from coordinator.probe import ensure_format, probe_conditional_writes
+from coordinator.records import Item, LogEntry, item_partitions
+from coordinator.requests import Request, TxnRequest, request_bytes
 from coordinator.serving import POLL_S, Serving
 from coordinator.state import CoordinatorState
 from coordinator.store import Store
@@ -72,32 +62,13 @@ ABANDONED_WAIT_S = 5.0
 #: Requests whose first intent seq this process remembers for their retries (the oldest forgotten first).
 _WAITED_KEPT = 10_000
 
+
 def _now_ms(store: Store) -> int:
     """The store's time (:func:`coordinator.clock.store_now_ms`: no request once this process has read the store's
     clock), looked up at call time (benchmarks replace it with a simulated clock)."""
     from coordinator import clock
 
     return clock.store_now_ms(store)
-
-
-def ensure_format(store: Store) -> None:
-    """Create ``_txn/format.json`` (the store's format) if absent.
-
-    Raises:
-        UnsupportedFormatError: the store was created by another format.
-    """
-    body = encode_json({"format": FORMAT_VERSION})
-    # a fact, not a win: equal bytes are the same format whoever wrote them (no writer token needed)
-    if store.put_if_absent(FORMAT_PATH, body):
-        return
-    d = decode_json(store.get(FORMAT_PATH), FORMAT_PATH, "store format file")
-    if d.get("format") != FORMAT_VERSION:
-        raise UnsupportedFormatError(
-            f"store {store.url} has txnlog store format {d.get('format')!r}; this txnlog reads format "
-            f"{FORMAT_VERSION} only"
-        )
-
-
 
 
 class GroupCommit(IntentQueue, Serving):
@@ -149,7 +120,7 @@ class GroupCommit(IntentQueue, Serving):
     def abandon(self, pid: int, epoch: int, n: int) -> None:
         """Say that this process gave up deciding transaction ``n`` of producer ``pid`` at ``epoch`` (its abort
         failed on the store every time it was tried). A pipelined request of this process waiting behind it
-        (:attr:`~coordinator.decisions.TxnRequest.after`) waits :data:`ABANDONED_WAIT_S` longer (an intent of the
+        (:attr:`~coordinator.requests.TxnRequest.after`) waits :data:`ABANDONED_WAIT_S` longer (an intent of the
         abort may still be decided, once the store lets it), then stops with CommitStateUnknownError instead of
         waiting out its budget, and so, at once, do those behind that one. Only a matter of time: the requests
         stay undecided (never committed before ``n`` is) until decided by the log or the producer's resync."""

@@ -1,7 +1,7 @@
 """A producer's commits in flight (:meth:`~coordinator.producer.Producer.commit_transaction_async`).
 
 A producer may begin its next transaction while the commits of its earlier ones are still being decided, up to
-``max_in_flight`` of them. Each is sent as a pipelined request (:attr:`~coordinator.decisions.TxnRequest.after`)
+``max_in_flight`` of them. Each is sent as a pipelined request (:attr:`~coordinator.requests.TxnRequest.after`)
 when the one before it is still undecided, so the log decides them in order, and commits each only if the one
 before committed: a failed commit aborts every later one in flight, and nothing after a failure becomes visible.
 

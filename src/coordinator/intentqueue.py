@@ -12,9 +12,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from coordinator import parallel
-from coordinator.decisions import Request, decided_by_name, request_from_bytes
+from coordinator.decisions import decided_by_name
 from coordinator.errors import CorruptLogError, UnsupportedFormatError
 from coordinator.layout import TXN_INTENTS, intent_path
+from coordinator.requests import Request, request_from_bytes
 
 if TYPE_CHECKING:
     from collections import OrderedDict

@@ -25,10 +25,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from coordinator import parallel
-from coordinator.decisions import Request
 from coordinator.errors import CommitStateUnknownError, CorruptLogError, StoreError
 from coordinator.layout import LAST_CHECKPOINT, TXN_CHECKPOINT, parse_seq, seq_name, txn_checkpoint_path, txn_log_path
 from coordinator.records import Item, LogEntry
+from coordinator.requests import Request
 from coordinator.state import TOKENS_KEPT, CoordinatorState
 from coordinator.store import Store
 

@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from coordinator.decisions import InitRequest, Request, TxnRequest, decide, decided_by_name
+from coordinator.decisions import decide, decided_by_name
 from coordinator.errors import CorruptLogError
 from coordinator.layout import open_path
 from coordinator.logmissing import layout_only, records_of_entry, unrecorded_commit
@@ -46,6 +46,7 @@ from coordinator.records import (
     item_partitions,
     parse_txn_id,
 )
+from coordinator.requests import InitRequest, Request, TxnRequest
 from coordinator.state import CoordinatorState
 from coordinator.store import Store
 

@@ -26,13 +26,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from coordinator import parallel
-from coordinator.decisions import Request, request_from_bytes
 from coordinator.errors import CorruptLogError, TxnLogError, UnsupportedFormatError
 from coordinator.layout import LAST_CHECKPOINT, TXN_CHECKPOINT, TXN_INTENTS, TXN_LOG, parse_seq, seq_name
 from coordinator.logcheckpoint import ensure_records
 from coordinator.logrebuild import annotated, rebuild_entry
 from coordinator.probe import probe_conditional_writes
 from coordinator.records import FORMAT_VERSION, LogEntry, check_format, decode_json, encode_json
+from coordinator.requests import Request, request_from_bytes
 from coordinator.state import CoordinatorState
 from coordinator.store import Store
 from coordinator.topics import get_topic, list_topics

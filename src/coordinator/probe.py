@@ -14,6 +14,8 @@ What a verdict rests on: this process's own probe, or the verdict object a passe
 (``_txn/probe/ok-<hash>.json``, keyed on the store URL and endpoint, so another endpoint in front of the same
 bucket is probed on its own). Nothing else vouches for a store: how a store was opened does not, nor does a
 checkpoint written by another process. Deleting the verdict objects makes every process probe again.
+
+Beside the probe, :func:`ensure_format` records the store's format (``_txn/format.json``) before the first entry.
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ import hashlib
 import threading
 import uuid
 
-from coordinator.errors import CommitStateUnknownError, StoreError, UnsupportedStoreError
+from coordinator.errors import CommitStateUnknownError, StoreError, UnsupportedFormatError, UnsupportedStoreError
+from coordinator.layout import FORMAT_PATH
+from coordinator.records import FORMAT_VERSION, decode_json, encode_json
 from coordinator.store import Store
 
-__all__ = ["PROBE_DIR", "probe_conditional_writes"]
+__all__ = ["PROBE_DIR", "ensure_format", "probe_conditional_writes"]
 
 _PROBED: set[str] = set()
 _PROBE_LOCK = threading.Lock()
@@ -95,4 +99,22 @@ def _probe(store: Store) -> None:
             "GCS's ifGenerationMatch=0) overwrote an existing object, so two writers could both win the same "
             "transaction-log entry. "
             "txnlog refuses to write to it; use a store or endpoint that enforces the condition"
+        )
+
+
+def ensure_format(store: Store) -> None:
+    """Create ``_txn/format.json`` (the store's format) if absent.
+
+    Raises:
+        UnsupportedFormatError: the store was created by another format.
+    """
+    body = encode_json({"format": FORMAT_VERSION})
+    # a fact, not a win: equal bytes are the same format whoever wrote them (no writer token needed)
+    if store.put_if_absent(FORMAT_PATH, body):
+        return
+    d = decode_json(store.get(FORMAT_PATH), FORMAT_PATH, "store format file")
+    if d.get("format") != FORMAT_VERSION:
+        raise UnsupportedFormatError(
+            f"store {store.url} has txnlog store format {d.get('format')!r}; this txnlog reads format "
+            f"{FORMAT_VERSION} only"
         )

@@ -32,10 +32,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from coordinator import faults, parallel
-from coordinator.decisions import Outcome, Request, outcome_of_item, waits
+from coordinator.decisions import Outcome, outcome_of_item, waits
 from coordinator.errors import TxnLogError
 from coordinator.layout import intent_path
 from coordinator.records import CommitItem, LogEntry
+from coordinator.requests import Request
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -10,11 +10,12 @@ import uuid
 from typing import TYPE_CHECKING
 
 from coordinator.clock import store_now_ms
-from coordinator.decisions import ExpireRequest, abort_request, timeout_reason, undecided_producer
+from coordinator.decisions import timeout_reason, undecided_producer
 from coordinator.errors import CorruptLogError, InvalidOptionError
 from coordinator.layout import TXN_OPEN
 from coordinator.probe import probe_conditional_writes
 from coordinator.records import TxnRef, is_ready, parse_txn_id
+from coordinator.requests import ExpireRequest, abort_request
 
 if TYPE_CHECKING:
     from coordinator.coordinator import TransactionCoordinator

@@ -24,10 +24,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from coordinator.decisions import Outcome, Request, decided_by_name, fenced, outcome, outcome_of_item
+from coordinator.decisions import Outcome, decided_by_name, fenced, outcome, outcome_of_item
 from coordinator.errors import REPAIR_LOG_HINT, CommitStateUnknownError, CorruptLogError, InvalidOptionError, StoreError
 from coordinator.groupcommit import GroupCommit
-from coordinator.groupcommit import ensure_format as ensure_format
 from coordinator.layout import (
     LAST_CHECKPOINT,
     TXN_CHECKPOINT,
@@ -43,7 +42,9 @@ from coordinator.logdamage import LogDamage
 from coordinator.logfollow import LogFollow
 from coordinator.logproof import LogProof
 from coordinator.partrecords import PartitionRecord, record_of
+from coordinator.probe import ensure_format as ensure_format
 from coordinator.records import Item, LogEntry, check_format, decode_json
+from coordinator.requests import Request
 from coordinator.state import CoordinatorState
 from coordinator.store import Store
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from coordinator.decisions import TIMEOUT_REASON, Outcome, TxnRequest
+from coordinator.decisions import TIMEOUT_REASON, Outcome
 from coordinator.errors import (
     CommitStateUnknownError,
     InvalidOptionError,
@@ -19,6 +19,7 @@ from coordinator.errors import (
 )
 from coordinator.layout import check_name
 from coordinator.records import producer_txn_id
+from coordinator.requests import TxnRequest
 
 
 @dataclass(frozen=True)

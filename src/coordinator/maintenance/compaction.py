@@ -10,7 +10,6 @@ import pyarrow as pa
 from coordinator import faults, parallel
 from coordinator.clock import store_now_ms
 from coordinator.coordinator import TransactionCoordinator
-from coordinator.decisions import LayoutRequest
 from coordinator.errors import InvalidOptionError, TopicNotFoundError
 from coordinator.layout import (
     data_path,
@@ -20,6 +19,7 @@ from coordinator.maintenance.common import COMPACTED_PREFIX, DEFAULT_COMPACT_TAR
 from coordinator.partition import IndexedSegment
 from coordinator.probe import probe_conditional_writes
 from coordinator.records import MarkerSegment, ReplaceItem
+from coordinator.requests import LayoutRequest
 from coordinator.segments import PRODUCER_TS, encode_table, read_segment, stamp
 from coordinator.topics import get_topic
 

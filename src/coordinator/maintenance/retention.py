@@ -8,7 +8,6 @@ import uuid
 from coordinator import parallel
 from coordinator.clock import store_now_ms
 from coordinator.coordinator import TransactionCoordinator
-from coordinator.decisions import LayoutRequest
 from coordinator.layout import (
     marker_dir,
     parse_seq,
@@ -17,6 +16,7 @@ from coordinator.layout import (
 from coordinator.maintenance.common import DEFAULT_GC_GRACE_MS, MaintenanceReport
 from coordinator.probe import probe_conditional_writes
 from coordinator.records import RetainItem
+from coordinator.requests import LayoutRequest
 
 
 def apply_retention(
