@@ -538,6 +538,25 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_serving.py::test_a_waiter_takes_over_a_slow_log_only_once_it_stood_still_for_several_of_its_"
          "gaps[memory]",),
         "throughput: on a machine short of CPU, waiters take over a slow log after a few looks and race its server"),
+    Mutant(
+        "waiter-deletes-its-intent-again", "coordinator/groupcommit.py",
+        "if wrote_intent and won is not None:", "if wrote_intent:",
+        ("tests/test_serving.py::test_a_waiting_requests_intent_is_deleted_once_by_the_writer_of_the_entry_that_"
+         "decided_it[memory]",),
+        "cost: each intent is deleted twice, by the writer that decided it and by its waiter"),
+    Mutant(
+        "decided-intent-left-behind-for-good", "coordinator/intentqueue.py",
+        "        self._clear_decided([rid for rid in (n[:-5] for n in names if n.endswith(\".json\"))\n",
+        "        ([rid for rid in (n[:-5] for n in names if n.endswith(\".json\"))\n",
+        ("tests/test_serving.py::test_a_decided_intent_left_behind_is_deleted_by_the_next_writer_that_lists_it"
+         "[memory]",),
+        "cost: an intent whose writer died before deleting it is listed by every serving round for good"),
+    Mutant(
+        "failed-intent-delete-never-retried", "coordinator/intentqueue.py",
+        "self._cleared.pop(rid, None)", "pass",
+        ("tests/test_serving.py::test_a_decided_intent_left_behind_is_deleted_by_the_next_writer_that_lists_it"
+         "[memory]",),
+        "cost: an intent whose delete failed is listed by every serving round of its writer's process for good"),
 )
 
 

@@ -14,15 +14,13 @@ from coordinator.requests import InitRequest, request_bytes
 from core_helpers import Backend, committed_ids, make_topic, rows
 
 
-def _leave_init_intent(backend: Backend, tid: str, prev: tuple[int, int] | None) -> str:
-    """Init ``tid`` and leave its intent in the store, as a process killed after its init was decided and before
-    it deleted the intent leaves it. Returns the intent's id."""
+def _decided_init(backend: Backend, tid: str, prev: tuple[int, int] | None) -> InitRequest:
+    """Init ``tid``; returns the request its init was decided as (the intent a process killed after its init was
+    decided, before its intent was deleted, leaves behind)."""
     first = Producer(backend.open(), tid)
     first.init_transactions()
     meta = first.coordinator.log.refresh().producers[tid]
-    req = InitRequest(id=meta.init_request, tid=tid, prev=prev, timeout_ms=meta.timeout_ms)
-    backend.open().put(intent_path(req.id), request_bytes(req))
-    return req.id
+    return InitRequest(id=meta.init_request, tid=tid, prev=prev, timeout_ms=meta.timeout_ms)
 
 
 @pytest.mark.parametrize("again", [False, True], ids=["first-init", "re-init"])
@@ -40,9 +38,12 @@ def test_a_leftover_init_intent_read_from_a_checkpoint_does_not_fence_the_restar
         Producer(backend.open(), "etl").init_transactions()
         meta = backend.coordinator().log.refresh().producers["etl"]
         prev = (meta.pid, meta.epoch)
-    rid = _leave_init_intent(backend, "etl", prev)
+    req = _decided_init(backend, "etl", prev)
+    rid = req.id
     live = Producer(backend.open(), "etl")
-    ident = live.init_transactions()  # the restart: it read the deciding entry, so it leaves the intent alone
+    ident = live.init_transactions()  # the restart (it read the deciding entry)
+    # the leftover intent: a writer that lists it deletes it, decided, but deletes can fail (or come too early)
+    backend.open().put(intent_path(rid), request_bytes(req))
     writer = live.coordinator.log
     writer.write_checkpoint()
     assert writer.last_checkpoint() is not None and writer.last_checkpoint().seq == writer.state.seq  # type: ignore[union-attr]

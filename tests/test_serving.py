@@ -8,6 +8,7 @@ import json
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 
 import pyarrow as pa
@@ -28,7 +29,7 @@ from coordinator import (
     stage_segment,
 )
 from coordinator.decisions import Outcome
-from coordinator.layout import TXN_LOG, intent_path, marker_dir, txn_log_path
+from coordinator.layout import TXN_INTENTS, TXN_LOG, intent_path, marker_dir, txn_log_path
 from coordinator.requests import Request, commit_request, init_request, request_bytes
 from core_helpers import SCHEMA, Backend, LostReplyStore, committed_ids, make_topic, rows
 
@@ -646,3 +647,89 @@ def test_a_waiter_takes_over_a_slow_log_only_once_it_stood_still_for_several_of_
     got = log.submit(mine)
     assert got.status == "committed"
     assert time.monotonic() - started >= 0.9 * groupcommit.TAKE_OVER_MAX_S
+
+
+class IntentDeletes(LostReplyStore):
+    """The real store, counting the deletes of each intent in ``counts`` (shared by processes' stores), and the
+    log entries this one tried to create."""
+
+    def __init__(self, inner: Store, counts: Counter[str]) -> None:
+        super().__init__(inner)
+        self.counts = counts
+        self.entries = 0
+
+    def lose(self, path: str) -> str | None:
+        self.entries += path.startswith(TXN_LOG + "/")
+        return None
+
+    def delete(self, path: str) -> None:
+        if path.startswith(TXN_INTENTS + "/"):
+            self.counts[path] += 1
+        super().delete(path)
+
+
+def test_a_waiting_requests_intent_is_deleted_once_by_the_writer_of_the_entry_that_decided_it(
+    backend: Backend,
+) -> None:
+    """Each intent was deleted twice: by the writer of the entry that decided it, and by its waiter once it learned
+    its outcome (at 64 producer processes, 2 of the 24 requests of a commit). The writer deletes it; the waiter,
+    which learns its outcome from the log, does not."""
+    make_topic(backend.open(), partitions=2)
+    counts: Counter[str] = Counter()
+    here_store = IntentDeletes(backend.open(), counts)
+    here = TransactionCoordinator(here_store)
+    mine = _commit_of(here_store, here, "mine", 0, 1)
+    queued = _intent_waiting(backend)  # waiting: the request queues behind it
+    log = here.log
+    log._entry_gap, log._entry_at = 10.0, time.monotonic()  # a slow log: this waiter takes nothing over for 1 s
+    got: list[Outcome] = []
+    entries = here_store.entries
+    waiter = threading.Thread(target=lambda: got.append(log.submit(mine)), name="waiter")
+    waiter.start()
+    store = backend.open()
+    deadline = time.monotonic() + 30
+    while f"{mine.id}.json" not in store.list(TXN_INTENTS) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    there = TransactionCoordinator(IntentDeletes(backend.open(), counts))
+    theirs = there.log.submit(_commit_of(there.log.store, there, "theirs", 1, 2))
+    waiter.join(60)
+    assert got and got[0].status == "committed" and got[0].seq <= theirs.seq
+    assert here_store.entries == entries, "not decided by the other writer"
+    assert parallel.drain(30)
+    assert store.list(TXN_INTENTS) == []
+    assert counts[intent_path(mine.id)] == 1 and counts[intent_path(queued)] == 1, counts
+    assert committed_ids(backend) == [1, 2, 1000]
+
+
+def test_a_decided_intent_left_behind_is_deleted_by_the_next_writer_that_lists_it(backend: Backend) -> None:
+    """An intent whose writer died before deleting it (or failed to) used to stay for good: writers skip a decided
+    one by its name. The next writer that lists it deletes it, and a writer whose delete failed tries again when
+    it lists it next."""
+    make_topic(backend.open(), partitions=2)
+    rid = _intent_waiting(backend)
+    store = backend.open()
+    left = store.get(intent_path(rid))
+    deciding = TransactionCoordinator(backend.open())
+    deciding.init_producer("x")  # its entry decides the waiting intent
+    assert parallel.drain(30)
+    assert deciding.log.decision(rid) is not None
+    store.put(intent_path(rid), left)  # as a writer that died before deleting it leaves it
+    p = Producer(backend.open(), "a")
+    p.init_transactions()  # its try lists the intents
+    assert parallel.drain(30)
+    assert store.list(TXN_INTENTS) == []
+
+    class FailingDeletes(LostReplyStore):
+        def delete(self, path: str) -> None:
+            raise StoreError(f"delete of {path} failed")
+
+    deciding.log.store = FailingDeletes(store)  # the writer of the next entry cannot delete what it decided
+    second = _intent_waiting(backend, 1)
+    deciding.init_producer("y")
+    assert parallel.drain(30)
+    assert deciding.log.decision(second) is not None and f"{second}.json" in store.list(TXN_INTENTS)
+    deciding.log.store = store
+    deciding.init_producer("z")  # lists it again
+    assert parallel.drain(30)
+    assert store.list(TXN_INTENTS) == []
+    assert committed_ids(backend) == [1000, 1001]

@@ -12,7 +12,6 @@ checking only).
 
 from __future__ import annotations
 
-import functools
 import logging
 import random
 import threading
@@ -112,7 +111,6 @@ class GroupCommit(IntentQueue, Serving):
         def _after_win_later(self, entry: LogEntry, decided: list[str]) -> Callable[[], None]: ...
         def _write_records(self, entry: LogEntry,
                            written: Callable[[tuple[str, int]], None] | None = None) -> None: ...
-        def _delete_quietly(self, paths: list[str]) -> None: ...
         def _records_ahead(self, request: str) -> Callable[[list[LogEntry]], list[Callable[[], object]]]: ...
         def _checkpoint_due(self, seq: int) -> bool: ...
         def _checkpoint_quietly(self, seq: int) -> None: ...
@@ -270,8 +268,8 @@ class GroupCommit(IntentQueue, Serving):
                 raise
             if result is not None:
                 self._waited.pop(req.id, None)
-                if wrote_intent:
-                    parallel.background(functools.partial(self._delete_quietly, [intent_path(req.id)]))
+                if wrote_intent and won is not None:
+                    self._clear_decided([req.id])  # the writer of the entry that decided it deletes the others
                 if won is not None:
                     if intentable and (won[1] or wrote_intent):
                         # others are waiting: keep the log moving for them at once, on a thread of its own, while

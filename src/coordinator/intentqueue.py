@@ -7,19 +7,20 @@ which holds the state it uses (declared below for type checking only).
 
 from __future__ import annotations
 
+import functools
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from coordinator import parallel
 from coordinator.decisions import decided_by_name
-from coordinator.errors import CorruptLogError, UnsupportedFormatError
+from coordinator.errors import CorruptLogError, StoreError, UnsupportedFormatError
 from coordinator.layout import TXN_INTENTS, intent_path
 from coordinator.requests import Request, request_from_bytes
 
 if TYPE_CHECKING:
-    from collections import OrderedDict
-
     from coordinator.records import Item
     from coordinator.state import CoordinatorState
     from coordinator.store import Store
@@ -28,6 +29,8 @@ log = logging.getLogger("coordinator.txnlog")  # the transaction log logs under 
 
 #: Intents decided in one entry at most (keeps entries small under heavy contention).
 MAX_INTENTS_PER_ENTRY = 256
+#: Decided intents whose deletion this process remembers having started (the oldest forgotten first).
+_CLEARED_KEPT = 10_000
 
 
 class IntentQueue:
@@ -38,6 +41,35 @@ class IntentQueue:
         state: CoordinatorState
         _intents: dict[str, Request]
         _decisions: OrderedDict[str, tuple[Item, int]]
+        _cleared: OrderedDict[str, None]
+        _cleared_lock: threading.Lock
+
+    def _clear_decided(self, ids: list[str]) -> None:
+        """Delete the intents of requests ``ids``, decided, in the background, unless this process already started
+        deleting them. Who deletes: the writer of the entry that decided them, or a writer that lists one left
+        behind (its writer failed or died first) in a later round; not the requests' waiters, which learn their
+        outcome from the log (an intent deleted twice is a request per commit spent for nothing)."""
+        with self._cleared_lock:
+            new = [rid for rid in ids if rid not in self._cleared]
+            for rid in new:
+                self._cleared[rid] = None
+            while len(self._cleared) > _CLEARED_KEPT:
+                self._cleared.popitem(last=False)
+        if new:
+            parallel.background(functools.partial(self._delete_decided, new))
+
+    def _delete_decided(self, ids: list[str]) -> None:
+        """Delete the intents of ``ids``; one whose delete fails is forgotten, for a later listing to retry."""
+
+        def rm(rid: str) -> None:
+            try:
+                self.store.delete(intent_path(rid))
+            except StoreError as exc:
+                log.debug("could not delete intent %s: %s", rid, exc)
+                with self._cleared_lock:
+                    self._cleared.pop(rid, None)
+
+        parallel.pmap(rm, ids)
 
     def _prefetch(self) -> Callable[[], tuple[list[str], dict[str, Request]]]:
         """Start listing ``_txn/intents/`` and reading the intents in it that are new to this process (caller
@@ -70,6 +102,8 @@ class IntentQueue:
     def _waiting(self, names: list[str], own: str) -> list[Request]:
         """The undecided intents among ``names`` (fetched once each, in parallel), oldest name first."""
         ids = self._undecided(names, own)[:MAX_INTENTS_PER_ENTRY]
+        self._clear_decided([rid for rid in (n[:-5] for n in names if n.endswith(".json"))
+                             if rid in self._decisions or decided_by_name(rid, self.state)])
         self._intents = {rid: r for rid, r in self._intents.items() if rid in ids}
         new = [rid for rid in ids if rid not in self._intents]
         for rid, got in parallel.pmap(self._fetch_intent, new):

@@ -22,7 +22,6 @@ from coordinator import faults, parallel
 from coordinator.errors import CommitStateUnknownError, StoreError, TxnLogError
 from coordinator.layout import (
     LAST_CHECKPOINT,
-    intent_path,
     marker_dir,
     marker_path,
     parse_seq,
@@ -82,6 +81,7 @@ class LogCheckpoints:
         def entry(self, seq: int) -> LogEntry: ...
         def _learn_checkpoint(self) -> None: ...
         def _forget_records_below(self, seq: int) -> None: ...
+        def _clear_decided(self, ids: list[str]) -> None: ...
         def truncate(self, grace_ms: int | None = None, *, now: float | None = None) -> int: ...
 
     def _checkpoint_due(self, seq: int) -> bool:
@@ -126,8 +126,7 @@ class LogCheckpoints:
                     if attempt + 1 == RECORD_ATTEMPTS:
                         raise
                     time.sleep(0.05 * 4 ** attempt)
-            if decided:
-                parallel.background(functools.partial(self._delete_quietly, [intent_path(r) for r in decided]))
+            self._clear_decided(decided)
         except (TxnLogError, OSError) as exc:
             log.warning("after committing entry %d: %s (readers compute the records; its commits are answered once "
                         "they are written)", entry.seq, exc)

@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING
 from coordinator import faults, parallel
 from coordinator.decisions import Outcome, outcome_of_item, waits
 from coordinator.errors import TxnLogError
-from coordinator.layout import intent_path
 from coordinator.records import CommitItem, LogEntry
 from coordinator.requests import Request
 
@@ -131,7 +130,7 @@ class Serving:
         def _append(self, reqs: list[Request]) -> tuple[LogEntry, list[str]] | None: ...
         def _write_records(self, entry: LogEntry,
                            written: Callable[[tuple[str, int]], None] | None = None) -> None: ...
-        def _delete_quietly(self, paths: list[str]) -> None: ...
+        def _clear_decided(self, ids: list[str]) -> None: ...
         def _checkpoint_due(self, seq: int) -> bool: ...
         def _checkpoint_quietly(self, seq: int) -> None: ...
 
@@ -402,8 +401,7 @@ class Serving:
                 lost = 0
                 entry, decided = won
                 pending.append(parallel.background(functools.partial(self._records_then_answer, entry, handed)))
-                if decided:
-                    parallel.background(functools.partial(self._delete_quietly, [intent_path(r) for r in decided]))
+                self._clear_decided(decided)
                 if self._checkpoint_due(entry.seq):
                     # the checkpoint waits for the records it covers, the next round does not
                     ahead, pending[:] = list(pending), []

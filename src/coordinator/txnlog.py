@@ -112,6 +112,9 @@ class TransactionLog(GroupCommit, LogFollow, LogCheckpoints, LogProof, LogDamage
         self._entry_gap, self._entry_at = 0.0, time.monotonic()
         self._decisions: OrderedDict[str, tuple[Item, int]] = OrderedDict()
         self._intents: dict[str, Request] = {}
+        #: decided intents this process started deleting (:meth:`~coordinator.intentqueue.IntentQueue._clear_decided`)
+        self._cleared: OrderedDict[str, None] = OrderedDict()
+        self._cleared_lock = threading.Lock()
         self._refreshed = -1e9
         #: entries applied to the view but not yet proven to be the log's (see :mod:`coordinator.logproof`): their
         #: decisions are taken only once proven
