@@ -546,14 +546,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "cost: each intent is deleted twice, by the writer that decided it and by its waiter"),
     Mutant(
         "decided-intent-left-behind-for-good", "coordinator/intentqueue.py",
-        "        self._clear_decided([rid for rid in (n[:-5] for n in names if n.endswith(\".json\"))\n",
-        "        ([rid for rid in (n[:-5] for n in names if n.endswith(\".json\"))\n",
+        "        self._clear_decided(decided)\n", "        del decided\n",
         ("tests/test_serving.py::test_a_decided_intent_left_behind_is_deleted_by_the_next_writer_that_lists_it"
          "[memory]",),
         "cost: an intent whose writer died before deleting it is listed by every serving round for good"),
     Mutant(
         "failed-intent-delete-never-retried", "coordinator/intentqueue.py",
-        "self._cleared.pop(rid, None)", "pass",
+        "self._cleared.pop(paths[path], None)", "pass",
         ("tests/test_serving.py::test_a_decided_intent_left_behind_is_deleted_by_the_next_writer_that_lists_it"
          "[memory]",),
         "cost: an intent whose delete failed is listed by every serving round of its writer's process for good"),

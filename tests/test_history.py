@@ -1476,7 +1476,6 @@ def _busy(url: str, values: range, producer: Producer | None = None) -> Producer
     for i in values:
         with producer.transaction():
             producer.send("t", [{"v": f"b{i}"}])
-    producer.coordinator.log.flush()
     assert parallel.drain(60)
     return producer
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from coordinator import parallel
 from coordinator.decisions import decided_by_name
-from coordinator.errors import CorruptLogError, StoreError, UnsupportedFormatError
+from coordinator.errors import CorruptLogError, UnsupportedFormatError
 from coordinator.layout import TXN_INTENTS, intent_path
 from coordinator.requests import Request, request_from_bytes
 
@@ -44,6 +44,8 @@ class IntentQueue:
         _cleared: OrderedDict[str, None]
         _cleared_lock: threading.Lock
 
+        def _delete_quietly(self, paths: list[str], failed: Callable[[str], None] | None = None) -> None: ...
+
     def _clear_decided(self, ids: list[str]) -> None:
         """Delete the intents of requests ``ids``, decided, in the background, unless this process already started
         deleting them. Who deletes: the writer of the entry that decided them, or a writer that lists one left
@@ -60,16 +62,13 @@ class IntentQueue:
 
     def _delete_decided(self, ids: list[str]) -> None:
         """Delete the intents of ``ids``; one whose delete fails is forgotten, for a later listing to retry."""
+        paths = {intent_path(rid): rid for rid in ids}
 
-        def rm(rid: str) -> None:
-            try:
-                self.store.delete(intent_path(rid))
-            except StoreError as exc:
-                log.debug("could not delete intent %s: %s", rid, exc)
-                with self._cleared_lock:
-                    self._cleared.pop(rid, None)
+        def failed(path: str) -> None:
+            with self._cleared_lock:
+                self._cleared.pop(paths[path], None)
 
-        parallel.pmap(rm, ids)
+        self._delete_quietly(list(paths), failed)
 
     def _prefetch(self) -> Callable[[], tuple[list[str], dict[str, Request]]]:
         """Start listing ``_txn/intents/`` and reading the intents in it that are new to this process (caller
@@ -88,22 +87,29 @@ class IntentQueue:
     def _undecided(self, names: list[str], own: str, st: CoordinatorState | None = None) -> list[str]:
         """The intent ids among ``names`` (a listing of ``_txn/intents/``) not known to be decided, by name (in
         ``st``, by default the current state)."""
+        return self._sorted_out(names, own, st)[0]
+
+    def _sorted_out(self, names: list[str], own: str,
+                    st: CoordinatorState | None = None) -> tuple[list[str], list[str]]:
+        """The intent ids among ``names`` not known to be decided (``own`` left out), and those known to be."""
         st = self.state if st is None else st
-        ids = []
+        undecided, decided = [], []
         for name in names:
             if not name.endswith(".json"):
                 continue
             rid = name[:-5]
-            if rid == own or rid in self._decisions or decided_by_name(rid, st):
-                continue
-            ids.append(rid)
-        return ids
+            if rid in self._decisions or decided_by_name(rid, st):
+                decided.append(rid)
+            elif rid != own:
+                undecided.append(rid)
+        return undecided, decided
 
     def _waiting(self, names: list[str], own: str) -> list[Request]:
-        """The undecided intents among ``names`` (fetched once each, in parallel), oldest name first."""
-        ids = self._undecided(names, own)[:MAX_INTENTS_PER_ENTRY]
-        self._clear_decided([rid for rid in (n[:-5] for n in names if n.endswith(".json"))
-                             if rid in self._decisions or decided_by_name(rid, self.state)])
+        """The undecided intents among ``names`` (fetched once each, in parallel), oldest name first; the decided
+        ones this process has not deleted yet are deleted (left behind by a writer that died or failed to)."""
+        undecided, decided = self._sorted_out(names, own)
+        self._clear_decided(decided)
+        ids = undecided[:MAX_INTENTS_PER_ENTRY]
         self._intents = {rid: r for rid, r in self._intents.items() if rid in ids}
         new = [rid for rid in ids if rid not in self._intents]
         for rid, got in parallel.pmap(self._fetch_intent, new):

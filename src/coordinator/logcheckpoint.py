@@ -236,12 +236,16 @@ class LogCheckpoints:
             log.error("partition %s/%d is damaged: its record %d holds other bytes than log entry %d defines",
                       rec.topic, rec.partition, rec.idx, seq)
 
-    def _delete_quietly(self, paths: list[str]) -> None:
+    def _delete_quietly(self, paths: list[str], failed: Callable[[str], None] | None = None) -> None:
+        """Delete ``paths`` in parallel; a delete that fails is logged (and passed to ``failed``), never raised."""
+
         def rm(path: str) -> None:
             try:
                 self.store.delete(path)
             except StoreError as exc:
                 log.debug("could not delete %s: %s", path, exc)
+                if failed is not None:
+                    failed(path)
 
         parallel.pmap(rm, paths)
 
