@@ -363,8 +363,8 @@ class GroupCommit(IntentQueue, Serving):
                     # no answer in time: follow the log from here (its idle looks start now)
                     answering, idle, moved_at = False, 0, time.monotonic()
                 else:
-                    # the first look about when answers come, the next ones at a fifth of that
-                    pace = max(0.6 * self._answer_wait - waited, 0.2 * self._answer_wait, POLL_S)
+                    # the first look a little before answers recently came, the next ones at a tenth of that
+                    pace = max(0.8 * self._answer_wait - waited, 0.1 * self._answer_wait, POLL_S)
                     time.sleep(random.uniform(0.8, 1.2) * pace)
             elif wrote_intent:
                 soon = False
