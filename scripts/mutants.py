@@ -343,8 +343,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "latency: every caller of a served round waits for the slowest partition record of the whole entry"),
     Mutant(
         "served-answer-before-its-records", "coordinator/serving.py",
-        "parts = {(p.topic, p.partition) for p in item.parts if p.rows} if isinstance(item, CommitItem) else set()",
-        "parts = set()",
+        "return {(p.topic, p.partition) for p in item.parts if p.rows} if isinstance(item, CommitItem) else set()",
+        "return set()",
         ("tests/test_serving.py::test_a_served_commit_is_answered_once_its_own_partitions_records_exist_not_the_"
          "whole_entrys[memory]",),
         "G5: a served commit is acknowledged before its partition records (its second copy) exist"),
@@ -356,11 +356,23 @@ MUTANTS: tuple[Mutant, ...] = (
         "cost: a caller answered early reads back the partition records this process has just written"),
     Mutant(
         "staging-reads-the-log-while-serving", "coordinator/sending.py",
-        "if not self._inflight.undecided() and not (at_commit and self.coordinator.serving_here):",
-        "if not self._inflight.undecided():",
+        "if not self._inflight.undecided() and not (at_commit and (self.coordinator.serving_here",
+        "if not self._inflight.undecided() and not (at_commit and (False",
         ("tests/test_serving.py::test_a_commit_handed_to_this_processs_serving_thread_reads_nothing_of_the_log_"
          "itself[memory]",),
         "cost: every commit of a serving process reads the log and holds its lock against the serving thread"),
+    Mutant(
+        "answered-commit-tries-directly", "coordinator/groupcommit.py",
+        "straight = answerable and not tried and self.answered_lately and not self._serving", "straight = False",
+        ("tests/test_answers.py::test_a_producer_answered_lately_sends_its_commit_straight_to_the_queue_and_is_still_"
+         "fenced[memory]",),
+        "cost: a commit on a busy log another process serves reads every entry since its view to find intents waiting"),
+    Mutant(
+        "answered-commit-reads-the-log", "coordinator/sending.py",
+        "or self.coordinator.answered_lately)):", "or False)):",
+        ("tests/test_answers.py::test_a_producer_answered_lately_sends_its_commit_straight_to_the_queue_and_is_still_"
+         "fenced[memory]",),
+        "cost: a commit on a busy log another process serves reads every entry since its view before queueing"),
     Mutant(
         "serving-thread-hands-to-itself", "coordinator/serving.py",
         "if self._serving_thread == me or me in self._deciders or not (self._serving or self._trying)",

@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 import time
 
-import pyarrow as pa
 import pytest
 
 from coordinator import (
@@ -19,24 +18,15 @@ from coordinator import (
     Store,
     StoreError,
     TransactionCoordinator,
-    groupcommit,
     parallel,
 )
 from coordinator.answers import answer_bytes, is_answer, read_answer
 from coordinator.decisions import Outcome
 from coordinator.layout import TXN_INTENTS, TXN_LOG, intent_path, marker_dir
 from coordinator.records import AbortItem, CommitItem
-from coordinator.requests import Request, commit_request, request_bytes
-from coordinator.segments import stage_segment
-from core_helpers import SCHEMA, Backend, LostReplyStore, committed_ids, make_topic, rows
-from test_serving import HeldRecords
-
-
-def _commit_of(store: Store, coord: TransactionCoordinator, tid: str, partition: int, value: int) -> Request:
-    ident = coord.init_producer(tid)
-    seg = stage_segment(store, "t", partition, pa.Table.from_pylist(rows([value], tid), schema=SCHEMA),
-                        f"{ident.txn_id(0)}~a", seq=0)
-    return commit_request(txn=ident.txn_id(0), tid=tid, pid=ident.pid, epoch=ident.epoch, n=0, segments=(seg,))
+from coordinator.requests import commit_request, request_bytes
+from core_helpers import Backend, LostReplyStore, committed_ids, make_topic, rows
+from test_serving import _commit_of, fast_and_slow_decided, waiting_on_a_thread
 
 
 def test_an_answer_is_taken_only_by_its_own_request_and_only_undamaged() -> None:
@@ -57,18 +47,7 @@ def test_an_intent_is_answered_only_once_the_records_of_its_partitions_exist(bac
     """The answer is the waiter's acknowledgement: before the records (the commit's second copy) exist, one damaged
     entry could take the commit away, so an intent whose record is held stays unanswered while one whose record is
     written is answered at once."""
-    make_topic(backend.open(), partitions=2)
-    store = HeldRecords(backend.open(), held=marker_dir("t", 1))
-    coord = TransactionCoordinator(store)
-    fast, slow = _commit_of(store, coord, "fast", 0, 1), _commit_of(store, coord, "slow", 1, 2)
-    for req in (fast, slow):
-        store.put(intent_path(req.id), request_bytes(req))
-    log = coord.log
-    with log._lock:
-        log._catch_up()
-        won = log._append([fast, slow])
-    assert won is not None
-    entry, _ = won
+    store, log, fast, slow, entry = fast_and_slow_decided(backend, intents=True)
     writing = threading.Thread(target=log._records_then_answer, args=(entry, [], (fast.id, slow.id)))
     writing.start()
     try:
@@ -128,18 +107,9 @@ def test_a_waiter_whose_answer_is_lost_or_unusable_learns_its_outcome_from_the_l
     theirs = _commit_of(there.log.store, there, "theirs", 1, 2)
     blocker = _commit_of(there.log.store, there, "blocker", 1, 3)
     there.log.store.put(intent_path(blocker.id), request_bytes(blocker))  # waiting: both requests queue behind it
-    monkeypatch.setattr(groupcommit, "TAKE_OVER_MAX_S", 60.0)
-    log = here.log
-    log._entry_gap, log._entry_at = 100.0, time.monotonic()  # a slow log: this waiter takes nothing over
-    # an unusable answer sends it to the log at once; a lost one once it stops waiting for one
-    monkeypatch.setattr(log, "_answer_patience", lambda: 1.0 if how == "lost" else 60.0)
-    got: list[Outcome] = []
-    waiter = threading.Thread(target=lambda: got.append(log.submit(mine)), name="waiter")
-    waiter.start()
     store = backend.open()
-    deadline = time.monotonic() + 30
-    while f"{mine.id}.json" not in store.list(TXN_INTENTS) and time.monotonic() < deadline:
-        time.sleep(0.005)
+    # an unusable answer sends it to the log at once; a lost one once it stops waiting for one
+    waiter, got = waiting_on_a_thread(here.log, mine, store, 1.0 if how == "lost" else 60.0, monkeypatch)
     read_before = here_store.log_reads
     assert there.log.submit(theirs).status == "committed"
     waiter.join(60)

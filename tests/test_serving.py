@@ -31,7 +31,9 @@ from coordinator import (
 from coordinator.answers import is_answer
 from coordinator.decisions import Outcome
 from coordinator.layout import TXN_INTENTS, TXN_LOG, intent_path, marker_dir, txn_log_path
+from coordinator.records import LogEntry
 from coordinator.requests import Request, commit_request, init_request, request_bytes
+from coordinator.txnlog import TransactionLog
 from core_helpers import SCHEMA, Backend, LostReplyStore, committed_ids, make_topic, rows
 
 
@@ -374,22 +376,31 @@ def _commit_of(store: Store, coord: TransactionCoordinator, tid: str, partition:
     return commit_request(txn=ident.txn_id(0), tid=tid, pid=ident.pid, epoch=ident.epoch, n=0, segments=(seg,))
 
 
+def fast_and_slow_decided(backend: Backend, *, intents: bool = False,
+                          ) -> tuple[HeldRecords, TransactionLog, Request, Request, LogEntry]:
+    """Commits ``fast`` (partition 0) and ``slow`` (partition 1, whose records wait for ``store.release``), and the
+    entry that decided both: (store, log, fast, slow, entry); with ``intents``, written as intents first."""
+    make_topic(backend.open(), partitions=2)
+    store = HeldRecords(backend.open(), held=marker_dir("t", 1))
+    coord = TransactionCoordinator(store)
+    fast, slow = _commit_of(store, coord, "fast", 0, 1), _commit_of(store, coord, "slow", 1, 2)
+    for req in (fast, slow) if intents else ():
+        store.put(intent_path(req.id), request_bytes(req))
+    log = coord.log
+    with log._lock:
+        log._catch_up()
+        won = log._append([fast, slow])
+    assert won is not None
+    return store, log, fast, slow, won[0]
+
+
 def test_a_served_commit_is_answered_once_its_own_partitions_records_exist_not_the_whole_entrys(
     backend: Backend,
 ) -> None:
     """A round's entry decides many commits; each caller is answered as soon as the records of the partitions it
     published rows in are written (its second copy: docs/design.md, "A commit", step 4), not after the slowest
     record of the entry. Before, one slow record put held every caller of the round."""
-    make_topic(backend.open(), partitions=2)
-    store = HeldRecords(backend.open(), held=marker_dir("t", 1))
-    coord = TransactionCoordinator(store)
-    fast, slow = _commit_of(store, coord, "fast", 0, 1), _commit_of(store, coord, "slow", 1, 2)
-    log = coord.log
-    with log._lock:
-        log._catch_up()
-        won = log._append([fast, slow])
-    assert won is not None
-    entry, _ = won
+    store, log, fast, slow, entry = fast_and_slow_decided(backend)
     handed = [serving.HandedOver(fast), serving.HandedOver(slow)]
     writing = threading.Thread(target=log._records_then_answer, args=(entry, handed))
     writing.start()
@@ -689,18 +700,10 @@ def test_a_waiting_request_learns_its_outcome_from_the_answer_over_its_intent_wi
     there = TransactionCoordinator(IntentDeletes(backend.open(), counts))
     theirs = _commit_of(there.log.store, there, "theirs", 1, 2)
     queued = _intent_waiting(backend)  # waiting: both requests queue behind it
-    monkeypatch.setattr(groupcommit, "TAKE_OVER_MAX_S", 60.0)
-    log = here.log
-    monkeypatch.setattr(log, "_answer_patience", lambda: 60.0)  # it looks for its answer, whatever the load
-    log._entry_gap, log._entry_at = 100.0, time.monotonic()  # a slow log: this waiter takes nothing over
-    got: list[Outcome] = []
     entries = here_store.entries
-    waiter = threading.Thread(target=lambda: got.append(log.submit(mine)), name="waiter")
-    waiter.start()
     store = backend.open()
-    deadline = time.monotonic() + 30
-    while f"{mine.id}.json" not in store.list(TXN_INTENTS) and time.monotonic() < deadline:
-        time.sleep(0.005)
+    # it looks for its answer, whatever the load
+    waiter, got = waiting_on_a_thread(here.log, mine, store, 60.0, monkeypatch)
     read_before = here_store.log_reads
     # it queues too, then takes the standing log over and serves the queue
     assert there.log.submit(theirs).status == "committed"
@@ -714,6 +717,22 @@ def test_a_waiting_request_learns_its_outcome_from_the_answer_over_its_intent_wi
     assert counts[intent_path(queued)] == 0 and store.list(TXN_INTENTS) == [f"{queued}.json"]
     assert is_answer(store.get(intent_path(queued)))
     assert committed_ids(backend) == [1, 2, 1000]
+
+
+def waiting_on_a_thread(log: TransactionLog, req: Request, store: Store, patience: float,
+                        monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Thread, list[Outcome]]:
+    """``req`` submitted by ``log``'s process on a thread of its own, which looks for its answer for ``patience``
+    seconds and never takes the log over (a slow log); returns once its intent is listed in ``store``."""
+    monkeypatch.setattr(groupcommit, "TAKE_OVER_MAX_S", 60.0)
+    monkeypatch.setattr(log, "_answer_patience", lambda: patience)
+    log._entry_gap, log._entry_at = 100.0, time.monotonic()
+    got: list[Outcome] = []
+    waiter = threading.Thread(target=lambda: got.append(log.submit(req)), name="waiter")
+    waiter.start()
+    deadline = time.monotonic() + 30
+    while f"{req.id}.json" not in store.list(TXN_INTENTS) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return waiter, got
 
 
 class FailingDeletes(LostReplyStore):
