@@ -68,10 +68,9 @@ ANSWER_WAIT_S = 0.15
 #: follows the log (the writer that would answer died, stopped serving, or could not write the answer).
 ANSWER_PATIENCE_S = (0.5, 5.0)
 #: A process that learned an outcome from an answer this recently (or within three times the recent time answers
-#: took, if longer) sends its next transaction request straight to
-#: the queue as an intent: the log is busy with another writer serving it, and a direct try (which reads every entry
-#: since the view) would only find intents waiting. Its producers skip reading the log for their epoch meanwhile
-#: (the entry deciding their request checks it).
+#: took, if longer) sends its next transaction request straight to the queue as an intent: the log is busy with
+#: another writer serving it, and a direct try (which reads every entry since the view) would only find intents
+#: waiting. Its producers skip reading the log for their epoch meanwhile (the entry deciding their request checks it).
 QUIET_S = 1.0
 
 
