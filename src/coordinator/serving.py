@@ -420,7 +420,7 @@ class Serving:
                 lost = 0
                 entry, decided = won
                 pending.append(parallel.background(
-                    functools.partial(self._records_then_answer, entry, handed, tuple(decided))))
+                    functools.partial(self._records_then_answer, entry, handed, tuple(self._answerable(decided)))))
                 if self._checkpoint_due(entry.seq):
                     # the checkpoint waits for the records it covers, the next round does not
                     ahead, pending[:] = list(pending), []
@@ -438,8 +438,9 @@ class Serving:
         """Write the records of ``entry`` (a served round's), answering each request handed over that it decided
         as soon as the records of the partitions where it published rows are written, not those of the whole
         entry (a caller whose records are missing after a failure writes them itself: ``secure_records``), and
-        each intent it decided (``decided``) the same way, over its intent (:meth:`_answer_decided`)."""
-        answers = _Answers(entry, handed, self._answerable(list(decided)), self._answer_intents)
+        each intent it decided that is answered (``decided``: see ``_answerable``) the same way, over its intent
+        (``_answer_intents``)."""
+        answers = _Answers(entry, handed, list(decided), self._answer_intents)
         try:
             self._write_records(entry, answers.written)
         finally:
