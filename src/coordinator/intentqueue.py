@@ -128,7 +128,9 @@ class IntentQueue:
         """The intent ids among ``names`` not known to be decided (``own`` left out), and those known to be decided
         long enough ago to be deleted (:data:`ANSWER_KEPT_ENTRIES`)."""
         st = self.state if st is None else st
-        by_pid = {meta.pid: meta for meta in st.producers.values()}
+        # (producers by pid, built only when a name needs it: a busy log with many producers lists many names)
+        by_pid = ({meta.pid: meta for meta in st.producers.values()}
+                  if any(name[:2] in _TXN_INTENTS for name in names) else None)
         undecided, decided = [], []
         for name in names:
             if not name.endswith(".json"):
