@@ -343,8 +343,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "latency: every caller of a served round waits for the slowest partition record of the whole entry"),
     Mutant(
         "served-answer-before-its-records", "coordinator/serving.py",
-        "parts = {(p.topic, p.partition) for p in item.parts if p.rows} if isinstance(item, CommitItem) else set()",
-        "parts = set()",
+        "return {(p.topic, p.partition) for p in item.parts if p.rows} if isinstance(item, CommitItem) else set()",
+        "return set()",
         ("tests/test_serving.py::test_a_served_commit_is_answered_once_its_own_partitions_records_exist_not_the_"
          "whole_entrys[memory]",),
         "G5: a served commit is acknowledged before its partition records (its second copy) exist"),
@@ -356,11 +356,23 @@ MUTANTS: tuple[Mutant, ...] = (
         "cost: a caller answered early reads back the partition records this process has just written"),
     Mutant(
         "staging-reads-the-log-while-serving", "coordinator/sending.py",
-        "if not self._inflight.undecided() and not (at_commit and self.coordinator.serving_here):",
-        "if not self._inflight.undecided():",
+        "if not self._inflight.undecided() and not (at_commit and (self.coordinator.serving_here",
+        "if not self._inflight.undecided() and not (at_commit and (False",
         ("tests/test_serving.py::test_a_commit_handed_to_this_processs_serving_thread_reads_nothing_of_the_log_"
          "itself[memory]",),
         "cost: every commit of a serving process reads the log and holds its lock against the serving thread"),
+    Mutant(
+        "answered-commit-tries-directly", "coordinator/groupcommit.py",
+        "straight = answerable and not tried and self.answered_lately and not self._serving", "straight = False",
+        ("tests/test_answers.py::test_a_producer_answered_lately_sends_its_commit_straight_to_the_queue_and_is_still_"
+         "fenced[memory]",),
+        "cost: a commit on a busy log another process serves reads every entry since its view to find intents waiting"),
+    Mutant(
+        "answered-commit-reads-the-log", "coordinator/sending.py",
+        "or self.coordinator.answered_lately)):", "or False)):",
+        ("tests/test_answers.py::test_a_producer_answered_lately_sends_its_commit_straight_to_the_queue_and_is_still_"
+         "fenced[memory]",),
+        "cost: a commit on a busy log another process serves reads every entry since its view before queueing"),
     Mutant(
         "serving-thread-hands-to-itself", "coordinator/serving.py",
         "if self._serving_thread == me or me in self._deciders or not (self._serving or self._trying)",
@@ -539,23 +551,49 @@ MUTANTS: tuple[Mutant, ...] = (
          "gaps[memory]",),
         "throughput: on a machine short of CPU, waiters take over a slow log after a few looks and race its server"),
     Mutant(
-        "waiter-deletes-its-intent-again", "coordinator/groupcommit.py",
-        "if wrote_intent and won is not None:", "if wrote_intent:",
-        ("tests/test_serving.py::test_a_waiting_requests_intent_is_deleted_once_by_the_writer_of_the_entry_that_"
-         "decided_it[memory]",),
-        "cost: each intent is deleted twice, by the writer that decided it and by its waiter"),
+        "waiter-leaves-its-answered-intent", "coordinator/groupcommit.py",
+        "parallel.background(functools.partial(self._delete_quietly, [intent_path(req.id)]))", "pass",
+        ("tests/test_serving.py::test_a_waiting_request_learns_its_outcome_from_the_answer_over_its_intent_without_"
+         "reading_the_log[memory]",),
+        "cost: every answered intent stays until a writer lists it long after (a request per commit, later)"),
     Mutant(
         "decided-intent-left-behind-for-good", "coordinator/intentqueue.py",
         "        self._clear_decided(decided)\n", "        del decided\n",
-        ("tests/test_serving.py::test_a_decided_intent_left_behind_is_deleted_by_the_next_writer_that_lists_it"
-         "[memory]",),
-        "cost: an intent whose writer died before deleting it is listed by every serving round for good"),
+        ("tests/test_serving.py::test_a_decided_intent_left_behind_is_deleted_by_the_next_writer_that_lists_it_long_"
+         "enough_after[memory]",),
+        "cost: an intent whose waiter died before deleting it is listed by every serving round for good"),
     Mutant(
         "failed-intent-delete-never-retried", "coordinator/intentqueue.py",
         "self._cleared.pop(paths[path], None)", "pass",
-        ("tests/test_serving.py::test_a_decided_intent_left_behind_is_deleted_by_the_next_writer_that_lists_it"
-         "[memory]",),
+        ("tests/test_serving.py::test_a_decided_intent_left_behind_is_deleted_by_the_next_writer_that_lists_it_long_"
+         "enough_after[memory]",),
         "cost: an intent whose delete failed is listed by every serving round of its writer's process for good"),
+    Mutant(
+        "recent-answer-deleted", "coordinator/intentqueue.py",
+        "if known[1] <= st.seq - ANSWER_KEPT_ENTRIES:", "if True:",
+        ("tests/test_serving.py::test_a_decided_intent_left_behind_is_deleted_by_the_next_writer_that_lists_it_long_"
+         "enough_after[memory]",),
+        "cost: a writer listing an answer its waiter has not read yet deletes it, sending the waiter to the log"),
+    Mutant(
+        "answer-before-records", "coordinator/serving.py",
+        "answered = [item for item, parts in self._intents if not parts]",
+        "answered = [item for item, parts in self._intents]",
+        ("tests/test_answers.py::test_an_intent_is_answered_only_once_the_records_of_its_partitions_exist[memory]",),
+        "G5: a waiter acknowledges a commit whose records do not exist yet: one damaged entry takes it away"),
+    Mutant(
+        "answer-checksum-unchecked", "coordinator/answers.py",
+        "if d.get(\"v\") != FORMAT_VERSION or crc != _crc(d):", "if d.get(\"v\") != FORMAT_VERSION:",
+        ("tests/test_answers.py::test_an_answer_is_taken_only_by_its_own_request_and_only_undamaged",
+         "tests/test_answers.py::test_a_waiter_whose_answer_is_lost_or_unusable_learns_its_outcome_from_the_log"
+         "[memory-damaged]"),
+        "G1: a damaged answer that is still valid JSON is taken for the decision (a wrong entry, or outcome)"),
+    Mutant(
+        "answer-of-another-request-taken", "coordinator/answers.py",
+        "if item.request != rid:", "if False:",
+        ("tests/test_answers.py::test_an_answer_is_taken_only_by_its_own_request_and_only_undamaged",
+         "tests/test_answers.py::test_a_waiter_whose_answer_is_lost_or_unusable_learns_its_outcome_from_the_log"
+         "[memory-another's]"),
+        "G1: a waiter takes another request's answer found at its path for its own outcome"),
 )
 
 

@@ -214,6 +214,12 @@ class TransactionCoordinator(CoordinatorOperations):
         """Whether this process serves the commit queue now (a hint; see ``TransactionLog.serving_here``)."""
         return self.log.serving_here
 
+    @property
+    def answered_lately(self) -> bool:
+        """Whether this process learned a commit's outcome from another writer's answer within the last second or
+        so: the log is busy, and another process serves it (a hint; see ``coordinator.answers``)."""
+        return self.log.answered_lately
+
     def check_current(self, ident: ProducerIdentity) -> None:
         """Read the log and check that ``ident`` is still the current epoch.
 
@@ -322,7 +328,8 @@ class TransactionCoordinator(CoordinatorOperations):
             offsets = {}
             if isinstance(out.item, CommitItem):
                 offsets = {(p.topic, p.partition): (p.base, p.base + p.rows) for p in out.item.parts if p.rows}
-                self.log.secure_records(out.seq, out.item)
+                if not out.secured:  # an answer comes only once they exist
+                    self.log.secure_records(out.seq, out.item)
             return CommitResult(req.txn, out.seq, offsets)
         if out.status == "already_committed":
             self._secure_earlier(req)

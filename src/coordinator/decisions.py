@@ -82,16 +82,17 @@ def waits(req: Request, st: CoordinatorState) -> bool:
     return meta is not None and meta.pid == req.pid and meta.epoch == req.epoch and meta.last_txn < req.after
 
 
-def decided_by_name(name: str, st: CoordinatorState) -> bool:
+def decided_by_name(name: str, st: CoordinatorState, by_pid: dict[int, ProducerMeta] | None = None) -> bool:
     """Whether the state already decided the request named ``name`` (an intent id), from the name alone; False
-    when the name does not say (init requests, unknown names)."""
+    when the name does not say (init requests, unknown names). ``by_pid``: ``st``'s producers by pid, for a caller
+    judging many names."""
     if name[:2] not in ("c-", "x-"):
         return False
     ref = parse_txn_id(name[2:])
     if ref is None:
         return False
     if ref.kind == "p":
-        meta = st.producer_by_pid(ref.pid)
+        meta = st.producer_by_pid(ref.pid) if by_pid is None else by_pid.get(ref.pid)
         if meta is None:
             return ref.pid < st.next_pid
         return meta.epoch > ref.epoch or (meta.epoch == ref.epoch and ref.n <= meta.last_txn)
@@ -266,7 +267,8 @@ class Outcome:
     batch job's version that was already committed), ``aborted``, ``rejected`` (``code`` says why), ``done``
     (init / expire / layout applied), ``noop`` (an expire or layout request the state no longer calls for), or
     ``unknown`` (decided, but the decision is no longer in view).
-    ``item`` and ``seq`` are the deciding item and entry when this process saw them.
+    ``item`` and ``seq`` are the deciding item and entry when this process saw them. ``secured``: the outcome
+    came as an answer (:mod:`coordinator.answers`), written only once the records the item needs existed.
     """
 
     status: str
@@ -274,6 +276,7 @@ class Outcome:
     seq: int = -1
     code: str = ""
     reason: str = ""
+    secured: bool = False
 
 
 def outcome_of_item(item: Item, seq: int) -> Outcome:

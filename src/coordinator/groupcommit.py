@@ -12,6 +12,7 @@ checking only).
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import threading
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from coordinator import faults, parallel
+from coordinator.answers import read_answer
 from coordinator.decisions import INTENT_KINDS, Outcome, decide, outcome_of_item, waits
 from coordinator.errors import (
     CommitStateUnknownError,
@@ -60,6 +62,16 @@ HAND_OVERS = 8
 ABANDONED_WAIT_S = 5.0
 #: Requests whose first intent seq this process remembers for their retries (the oldest forgotten first).
 _WAITED_KEPT = 10_000
+#: The time from an intent's put to its answer assumed before any was measured (see :mod:`coordinator.answers`).
+ANSWER_WAIT_S = 0.15
+#: A waiting request looks for its answer for four times the recent time answers took, within these bounds, then
+#: follows the log (the writer that would answer died, stopped serving, or could not write the answer).
+ANSWER_PATIENCE_S = (0.5, 5.0)
+#: A process that learned an outcome from an answer this recently (or within three times the recent time answers
+#: took, if longer) sends its next transaction request straight to the queue as an intent: the log is busy with
+#: another writer serving it, and a direct try (which reads every entry since the view) would only find intents
+#: waiting. Its producers skip reading the log for their epoch meanwhile (the entry deciding their request checks it).
+QUIET_S = 1.0
 
 
 def _now_ms(store: Store) -> int:
@@ -76,6 +88,8 @@ class GroupCommit(IntentQueue, Serving):
 
     if TYPE_CHECKING:
         store: Store
+        _answered_at: float
+        _answer_wait: float
         group_commit: bool
         state: CoordinatorState
         _lock: threading.RLock
@@ -144,8 +158,10 @@ class GroupCommit(IntentQueue, Serving):
         requests to make (a producer staging its last segment): the first try of the next :meth:`submit` within
         :data:`JUST_READ_S` uses this listing instead of making its own. Only a matter of time: a listing made
         earlier misses only intents written since, which the next entry decides."""
-        if not self.group_commit or self._serving or self._deciding:
-            return  # (read without the lock: a cost choice) the request will be handed to the serving thread
+        if not self.group_commit or self._serving or self._deciding or self.answered_lately:
+            # (read without the lock: a cost choice) the request will be handed to the serving thread, or go
+            # straight to the queue
+            return
         with self._lock:
             if self._intents_ahead is None:
                 self._intents_ahead = (time.monotonic(), parallel.start(lambda: self.store.list(TXN_INTENTS)))
@@ -226,9 +242,16 @@ class GroupCommit(IntentQueue, Serving):
         looked = float("inf")  # the last look at the log this wait took into account (its own or another thread's)
         # waiters that saw the log stand still at the same moment do not all take over at once
         patience = IDLE_POLLS + random.randint(0, IDLE_POLLS)
+        # a transaction request waiting as an intent first looks for its answer (coordinator.answers), following
+        # the log only when none comes in time; one this process sends while the log is busy goes straight there
+        answerable = intentable and isinstance(req, TxnRequest)
+        answering, intent_at = False, 0.0
+        straight = answerable and not tried and self.answered_lately and not self._serving
         while True:
             try:
-                if wrote_intent and idle < patience:
+                if wrote_intent and answering and idle < patience:
+                    won, result, answering = None, *self._look_for_answer(req)
+                elif wrote_intent and idle < patience:
                     with self._lock:
                         # (threads of one process waiting at once look in turn, not each every time; none while
                         # a thread of the process serves the queue: its rounds keep the view current, and a
@@ -242,6 +265,8 @@ class GroupCommit(IntentQueue, Serving):
                                 self._read_ahead = None
                         looked = self._refreshed
                         won, result = None, self._outcome(req, since=intent_seq)
+                elif straight:
+                    straight, won, result, queued = False, None, None, True
                 else:
                     self._in_try(1)
                     try:
@@ -270,6 +295,11 @@ class GroupCommit(IntentQueue, Serving):
                 self._waited.pop(req.id, None)
                 if wrote_intent and won is not None:
                     self._clear_decided([req.id])  # the writer of the entry that decided it deletes the others
+                elif wrote_intent:
+                    # answered over its intent, or learned from the log: its waiter deletes it (a writer answers
+                    # the intents it decides instead of deleting them)
+                    self._answered(time.monotonic() - intent_at, from_answer=result.secured)
+                    parallel.background(functools.partial(self._delete_quietly, [intent_path(req.id)]))
                 if won is not None:
                     if intentable and (won[1] or wrote_intent):
                         # others are waiting: keep the log moving for them at once, on a thread of its own, while
@@ -291,6 +321,7 @@ class GroupCommit(IntentQueue, Serving):
                 while len(self._waited) > _WAITED_KEPT:
                     self._waited.popitem(last=False)
                 wrote_intent = True  # from here on the intent may exist, even if the put below fails
+                answering, intent_at = answerable, time.monotonic()
                 faults.point("intent.before")
                 try:
                     self.store.put(intent_path(req.id), request_bytes(req))
@@ -325,6 +356,15 @@ class GroupCommit(IntentQueue, Serving):
                 # intent it lists, instead of each deciding its own in an entry of its own (then all serving)
                 soon = idle == patience
                 last_seq = self.state.seq
+            elif wrote_intent and answering:
+                waited = time.monotonic() - intent_at
+                if waited > self._answer_patience():
+                    # no answer in time: follow the log from here (its idle looks start now)
+                    answering, idle, moved_at = False, 0, time.monotonic()
+                else:
+                    # the first look a little before answers recently came, the next ones at a tenth of that
+                    pace = max(0.8 * self._answer_wait - waited, 0.1 * self._answer_wait, POLL_S)
+                    time.sleep(random.uniform(0.8, 1.2) * pace)
             elif wrote_intent:
                 soon = False
                 idle = idle + 1 if self.state.seq == last_seq else 0
@@ -336,6 +376,38 @@ class GroupCommit(IntentQueue, Serving):
                 time.sleep(random.uniform(0.5, 1.5) * POLL_S)
             else:
                 time.sleep(random.uniform(0, min(0.2, 0.002 * 2 ** min(attempt, 10))))
+
+    @property
+    def answered_lately(self) -> bool:
+        """Whether this process learned an outcome from an answer within :data:`QUIET_S` (read without a lock: a
+        hint): the log is busy, served by another writer."""
+        return time.monotonic() - self._answered_at < max(QUIET_S, 3 * self._answer_wait)
+
+    def _answer_patience(self) -> float:
+        """How long a waiting request looks for its answer before it follows the log (seconds)."""
+        return min(ANSWER_PATIENCE_S[1], max(ANSWER_PATIENCE_S[0], 4 * self._answer_wait))
+
+    def _answered(self, waited: float, *, from_answer: bool) -> None:
+        """A request that waited as an intent for ``waited`` seconds learned its outcome (``from_answer``: from its
+        answer; else from the log, its answer late or lost): what it waited counts either way, or answers slower
+        than the patience would never be waited for."""
+        if from_answer:
+            self._answered_at = time.monotonic()
+        self._answer_wait += 0.2 * (waited - self._answer_wait)
+
+    def _look_for_answer(self, req: Request) -> tuple[Outcome | None, bool]:
+        """Read ``req``'s intent for its answer (see :mod:`coordinator.answers`). Returns the outcome if answered,
+        and whether to keep looking: not once the intent is gone (a writer deleted it, decided, or its put never
+        landed) or holds an answer that cannot be used; the log says then."""
+        try:
+            data = self.store.get(intent_path(req.id))
+        except FileNotFoundError:
+            return None, False
+        except StoreError as exc:
+            log.debug("looking for the answer to %s: %s", req.id, exc)
+            return None, False
+        look = read_answer(data, req.id)
+        return look.outcome, look.outcome is None and not look.unusable
 
     def _handed_over(self, req: Request) -> tuple[Outcome | None, bool]:
         """Have this process's serving thread decide ``req`` (see :mod:`coordinator.serving`). Returns its outcome,

@@ -1,5 +1,6 @@
 """The queue of intents (``_txn/intents/``) as a writer reads it: which intents are undecided, by name, and their
-requests, each read once per process (see :mod:`coordinator.groupcommit`, which decides them).
+requests, each read once per process (see :mod:`coordinator.groupcommit`, which decides them); the answers put over
+decided ones (:mod:`coordinator.answers`), and the deletion of those left behind.
 
 A mixin of :class:`~coordinator.txnlog.TransactionLog` (through :class:`~coordinator.groupcommit.GroupCommit`),
 which holds the state it uses (declared below for type checking only).
@@ -14,9 +15,10 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from coordinator import parallel
+from coordinator import faults, parallel
+from coordinator.answers import answer_bytes, is_answer
 from coordinator.decisions import decided_by_name
-from coordinator.errors import CorruptLogError, UnsupportedFormatError
+from coordinator.errors import CorruptLogError, StoreError, UnsupportedFormatError
 from coordinator.layout import TXN_INTENTS, intent_path
 from coordinator.requests import Request, request_from_bytes
 
@@ -29,8 +31,13 @@ log = logging.getLogger("coordinator.txnlog")  # the transaction log logs under 
 
 #: Intents decided in one entry at most (keeps entries small under heavy contention).
 MAX_INTENTS_PER_ENTRY = 256
-#: Decided intents whose deletion this process remembers having started (the oldest forgotten first).
+#: Decided intents whose deletion (or answer) this process remembers having started (the oldest forgotten first).
 _CLEARED_KEPT = 10_000
+#: A writer deletes a decided intent it lists only once it was decided at least this many entries before its view:
+#: a recent one may be an answer its waiter has not read yet (deleting it early only sends that waiter to the log).
+ANSWER_KEPT_ENTRIES = 64
+#: Intent ids of transaction requests (commit, abort), the ones answered.
+_TXN_INTENTS = ("c-", "x-")
 
 
 class IntentQueue:
@@ -59,6 +66,33 @@ class IntentQueue:
                 self._cleared.popitem(last=False)
         if new:
             parallel.background(functools.partial(self._delete_decided, new))
+
+    def _answerable(self, ids: list[str]) -> list[str]:
+        """Of the intents ``ids`` an entry of this process decided, those its answers are for (transaction
+        requests); the others are deleted now (their waiters learn their outcomes from the log)."""
+        self._clear_decided([rid for rid in ids if rid[:2] not in _TXN_INTENTS])
+        return [rid for rid in ids if rid[:2] in _TXN_INTENTS]
+
+    def _answer_intents(self, seq: int, items: list[Item]) -> None:
+        """Put the answers of ``items`` of entry ``seq`` over their intents (see :mod:`coordinator.answers`). The
+        caller created and proved the entry, and the records each item needs exist. A put that fails leaves the
+        intent to its waiter, which then follows the log (and deletes it)."""
+        with self._cleared_lock:
+            for item in items:
+                self._cleared[item.request] = None  # this process deletes none of them: their waiters do
+            while len(self._cleared) > _CLEARED_KEPT:
+                self._cleared.popitem(last=False)
+
+        def put(item: Item) -> None:
+            faults.point("answer.before")
+            try:
+                self.store.put(intent_path(item.request), answer_bytes(seq, item))
+            except StoreError as exc:
+                log.debug("answer to %s not written: %s", item.request, exc)
+                return
+            faults.point("answer.after")
+
+        parallel.pmap(put, items)
 
     def _delete_decided(self, ids: list[str]) -> None:
         """Delete the intents of ``ids``; one whose delete fails is forgotten, for a later listing to retry."""
@@ -91,14 +125,22 @@ class IntentQueue:
 
     def _sorted_out(self, names: list[str], own: str,
                     st: CoordinatorState | None = None) -> tuple[list[str], list[str]]:
-        """The intent ids among ``names`` not known to be decided (``own`` left out), and those known to be."""
+        """The intent ids among ``names`` not known to be decided (``own`` left out), and those known to be decided
+        long enough ago to be deleted (:data:`ANSWER_KEPT_ENTRIES`)."""
         st = self.state if st is None else st
+        # (producers by pid, built only when a name needs it: a busy log with many producers lists many names)
+        by_pid = ({meta.pid: meta for meta in st.producers.values()}
+                  if any(name[:2] in _TXN_INTENTS for name in names) else None)
         undecided, decided = [], []
         for name in names:
             if not name.endswith(".json"):
                 continue
             rid = name[:-5]
-            if rid in self._decisions or decided_by_name(rid, st):
+            known = self._decisions.get(rid)
+            if known is not None:
+                if known[1] <= st.seq - ANSWER_KEPT_ENTRIES:
+                    decided.append(rid)
+            elif decided_by_name(rid, st, by_pid):
                 decided.append(rid)
             elif rid != own:
                 undecided.append(rid)
@@ -121,7 +163,8 @@ class IntentQueue:
         """Read intent ``rid``; None if it is gone (decided and deleted) or unreadable."""
         path = intent_path(rid)
         try:
-            return rid, request_from_bytes(self.store.get(path), path)
+            data = self.store.get(path)
+            return rid, None if is_answer(data) else request_from_bytes(data, path)
         except FileNotFoundError:
             return rid, None
         except (CorruptLogError, UnsupportedFormatError) as exc:

@@ -29,7 +29,7 @@ from coordinator.layout import (
     txn_checkpoint_path,
 )
 from coordinator.partrecords import PartitionRecord, records_at, records_of
-from coordinator.records import FORMAT_VERSION, CommitItem, LogEntry, encode_json
+from coordinator.records import FORMAT_VERSION, CommitItem, Item, LogEntry, encode_json
 from coordinator.state import CoordinatorState
 from coordinator.store import Store
 
@@ -81,7 +81,8 @@ class LogCheckpoints:
         def entry(self, seq: int) -> LogEntry: ...
         def _learn_checkpoint(self) -> None: ...
         def _forget_records_below(self, seq: int) -> None: ...
-        def _clear_decided(self, ids: list[str]) -> None: ...
+        def _answerable(self, ids: list[str]) -> list[str]: ...
+        def _answer_intents(self, seq: int, items: list[Item]) -> None: ...
         def truncate(self, grace_ms: int | None = None, *, now: float | None = None) -> int: ...
 
     def _checkpoint_due(self, seq: int) -> bool:
@@ -126,7 +127,8 @@ class LogCheckpoints:
                     if attempt + 1 == RECORD_ATTEMPTS:
                         raise
                     time.sleep(0.05 * 4 ** attempt)
-            self._clear_decided(decided)
+            items = {i.request: i for i in entry.items}
+            self._answer_intents(entry.seq, [items[rid] for rid in self._answerable(decided) if rid in items])
         except (TxnLogError, OSError) as exc:
             log.warning("after committing entry %d: %s (readers compute the records; its commits are answered once "
                         "they are written)", entry.seq, exc)

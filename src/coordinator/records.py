@@ -387,7 +387,12 @@ class RejectItem(Item):
         return {"txn": self.txn, "code": self.code, "reason": self.reason}
 
 
-def _item(d: dict[str, Any]) -> Item:
+def item_from_json(d: dict[str, Any]) -> Item:
+    """Decode one item of an entry (:meth:`Item.to_json`).
+
+    Raises:
+        KeyError, TypeError, ValueError: ``d`` is not an item.
+    """
     op, req = d["op"], str(d["request"])
     if op == "commit":
         return CommitItem(req, txn=str(d["txn"]), tid=d.get("tid"), pid=int(d.get("pid", -1)),
@@ -463,7 +468,7 @@ class LogEntry:
         check_format(d, where)
         try:
             return cls(seq=int(d["seq"]), ts=int(d["ts"]), writer=str(d["writer"]),
-                       items=tuple(_item(i) for i in d["items"]),
+                       items=tuple(item_from_json(i) for i in d["items"]),
                        touched=tuple((str(t), int(p), int(i)) for t, p, i in d.get("touched", ())),
                        prev=str(d.get("prev", "")))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:

@@ -229,8 +229,10 @@ class Sending:
             # (not while a commit of this producer is in flight: the log is busy deciding it, and that commit and
             # the ones after it learn of a fence anyway; nor when the commit follows at once and this process serves
             # the queue: the serving thread decides it from its own view, and a refresh would only hold the log's
-            # lock against that thread's next round)
-            if not self._inflight.undecided() and not (at_commit and self.coordinator.serving_here):
+            # lock against that thread's next round; nor when it follows at once on a busy log another process
+            # serves: the entry deciding it checks the epoch, and the refresh would read every entry since the view)
+            if not self._inflight.undecided() and not (at_commit and (self.coordinator.serving_here
+                                                                      or self.coordinator.answered_lately)):
                 checks.insert(0, lambda: self.coordinator.check_current(ident))
             errors: list[BaseException] = []
             for wait in checks:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from coordinator import faults, parallel
 from coordinator.decisions import Outcome, outcome_of_item, waits
 from coordinator.errors import TxnLogError
-from coordinator.records import CommitItem, LogEntry
+from coordinator.records import CommitItem, Item, LogEntry
 from coordinator.requests import Request
 
 if TYPE_CHECKING:
@@ -77,19 +77,25 @@ class HandedOver:
 
 
 class _Answers:
-    """The requests handed over that a created (and proven) entry decided, answered as the partition records of
-    that entry are written: each once none of the partitions its commit published rows in is left (at once when
-    there is none: an abort, or a request the entry did not decide, handed back)."""
+    """The requests a created (and proven) entry decided, answered as the partition records of that entry are
+    written: each once none of the partitions its commit published rows in is left. Requests handed over by this
+    process are answered at once when there is none (an abort, or a request the entry did not decide, handed
+    back), and all of them when the records are done (written, or writing them failed: their callers secure the
+    records themselves). Waiting intents get their answers (:mod:`coordinator.answers`) only once their records
+    are written: an answer says they are."""
 
-    def __init__(self, entry: LogEntry, handed: list[HandedOver]) -> None:
+    def __init__(self, entry: LogEntry, handed: list[HandedOver], intents: list[str],
+                 put: Callable[[int, list[Item]], None]) -> None:
         self._lock = threading.Lock()
+        self._seq, self._put = entry.seq, put
         items = {i.request: i for i in entry.items}
         #: (request, its outcome, the partitions whose records it still waits for)
         self._left: list[tuple[HandedOver, Outcome | None, set[tuple[str, int]]]] = []
         for h in handed:
             item = items.get(h.req.id)
-            parts = {(p.topic, p.partition) for p in item.parts if p.rows} if isinstance(item, CommitItem) else set()
-            self._left.append((h, None if item is None else outcome_of_item(item, entry.seq), parts))
+            self._left.append((h, None if item is None else outcome_of_item(item, entry.seq), _parts(item)))
+        #: (an intent's deciding item, the partitions whose records it still waits for)
+        self._intents = [(items[rid], _parts(items[rid])) for rid in intents if rid in items]
         self._answer(everyone=False)
 
     def written(self, tp: tuple[str, int]) -> None:
@@ -97,18 +103,29 @@ class _Answers:
         with self._lock:
             for _h, _o, parts in self._left:
                 parts.discard(tp)
+            for _i, parts in self._intents:
+                parts.discard(tp)
         self._answer(everyone=False)
 
     def rest(self) -> None:
-        """Answer every request not answered yet (all records written, or writing them failed)."""
+        """Answer every request handed over not answered yet (all records written, or writing them failed)."""
         self._answer(everyone=True)
 
     def _answer(self, *, everyone: bool) -> None:
         with self._lock:
             ready = [x for x in self._left if everyone or not x[2]]
             self._left = [x for x in self._left if not (everyone or not x[2])]
+            answered = [item for item, parts in self._intents if not parts]
+            self._intents = [x for x in self._intents if x[1]]
         for h, outcome, _parts in ready:
             h.answer(outcome)
+        if answered:
+            self._put(self._seq, answered)
+
+
+def _parts(item: Item | None) -> set[tuple[str, int]]:
+    """The partitions whose records ``item`` needs before it is answered (those its commit published rows in)."""
+    return {(p.topic, p.partition) for p in item.parts if p.rows} if isinstance(item, CommitItem) else set()
 
 
 class Serving:
@@ -131,6 +148,8 @@ class Serving:
         def _write_records(self, entry: LogEntry,
                            written: Callable[[tuple[str, int]], None] | None = None) -> None: ...
         def _clear_decided(self, ids: list[str]) -> None: ...
+        def _answerable(self, ids: list[str]) -> list[str]: ...
+        def _answer_intents(self, seq: int, items: list[Item]) -> None: ...
         def _checkpoint_due(self, seq: int) -> bool: ...
         def _checkpoint_quietly(self, seq: int) -> None: ...
 
@@ -400,8 +419,8 @@ class Serving:
                     continue
                 lost = 0
                 entry, decided = won
-                pending.append(parallel.background(functools.partial(self._records_then_answer, entry, handed)))
-                self._clear_decided(decided)
+                pending.append(parallel.background(
+                    functools.partial(self._records_then_answer, entry, handed, tuple(self._answerable(decided)))))
                 if self._checkpoint_due(entry.seq):
                     # the checkpoint waits for the records it covers, the next round does not
                     ahead, pending[:] = list(pending), []
@@ -415,11 +434,13 @@ class Serving:
         self._join(pending)
         self._checkpoint_quietly(seq)
 
-    def _records_then_answer(self, entry: LogEntry, handed: list[HandedOver]) -> None:
+    def _records_then_answer(self, entry: LogEntry, handed: list[HandedOver], decided: tuple[str, ...] = ()) -> None:
         """Write the records of ``entry`` (a served round's), answering each request handed over that it decided
         as soon as the records of the partitions where it published rows are written, not those of the whole
-        entry (a caller whose records are missing after a failure writes them itself: ``secure_records``)."""
-        answers = _Answers(entry, handed)
+        entry (a caller whose records are missing after a failure writes them itself: ``secure_records``), and
+        each intent it decided that is answered (``decided``: see ``_answerable``) the same way, over its intent
+        (``_answer_intents``)."""
+        answers = _Answers(entry, handed, list(decided), self._answer_intents)
         try:
             self._write_records(entry, answers.written)
         finally:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from coordinator.decisions import Outcome, decided_by_name, fenced, outcome, outcome_of_item
 from coordinator.errors import REPAIR_LOG_HINT, CommitStateUnknownError, CorruptLogError, InvalidOptionError, StoreError
-from coordinator.groupcommit import GroupCommit
+from coordinator.groupcommit import ANSWER_WAIT_S, GroupCommit
 from coordinator.layout import (
     LAST_CHECKPOINT,
     TXN_CHECKPOINT,
@@ -112,6 +112,9 @@ class TransactionLog(GroupCommit, LogFollow, LogCheckpoints, LogProof, LogDamage
         self._entry_gap, self._entry_at = 0.0, time.monotonic()
         self._decisions: OrderedDict[str, tuple[Item, int]] = OrderedDict()
         self._intents: dict[str, Request] = {}
+        #: when this process last learned an outcome from an answer, and the recent mean time from an intent's put
+        #: to its answer (seconds; see :mod:`coordinator.answers`)
+        self._answered_at, self._answer_wait = -1e9, ANSWER_WAIT_S
         #: decided intents this process started deleting (:meth:`~coordinator.intentqueue.IntentQueue._clear_decided`)
         self._cleared: OrderedDict[str, None] = OrderedDict()
         self._cleared_lock = threading.Lock()
