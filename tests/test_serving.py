@@ -4,9 +4,12 @@ requests handed to it honestly (their callers learn the outcome from the log).""
 
 from __future__ import annotations
 
+import builtins
 import json
+import sys
 import threading
 import time
+import traceback
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -64,14 +67,27 @@ class ByThread(LostReplyStore):
 def _intent_waiting(backend: Backend, n: int = 0) -> str:
     """A commit of producer ``waiter`` published as an intent (its process lost a race and waits). Returns its
     request id."""
+    store, req = _waiting_request(backend, n)
+    store.put(intent_path(req.id), request_bytes(req))
+    return req.id
+
+
+def _waiting_request(backend: Backend, n: int = 0) -> tuple[Store, Request]:
+    """The commit :func:`_intent_waiting` publishes (row ``1000 + n`` in partition 1), not published yet, and the
+    store to publish it on."""
     store = backend.open()
     coord = TransactionCoordinator(store)
     ident = coord.init_producer(f"waiter{n}")
     seg = stage_segment(store, "t", 1, pa.Table.from_pylist(rows([1000 + n], "w"), schema=SCHEMA),
                         f"{ident.txn_id(0)}~a", seq=0)
-    req = commit_request(txn=ident.txn_id(0), tid=ident.tid, pid=ident.pid, epoch=ident.epoch, n=0, segments=(seg,))
-    store.put(intent_path(req.id), request_bytes(req))
-    return req.id
+    return store, commit_request(txn=ident.txn_id(0), tid=ident.tid, pid=ident.pid, epoch=ident.epoch, n=0,
+                                 segments=(seg,))
+
+
+def _stack_of(ident: int | None) -> str:
+    """The stack of thread ``ident`` now (for a test's failure message)."""
+    frame = sys._current_frames().get(ident) if ident is not None else None
+    return "".join(traceback.format_stack(frame)) if frame is not None else "(no such thread)"
 
 
 def _serving_producer(backend: Backend, store: Store) -> Producer:
@@ -165,7 +181,7 @@ class FailsFirstIntentsListing(LostReplyStore):
         super().__init__(inner)
         self.failed = True  # armed by the test
 
-    def list(self, prefix: str, start_after: str | None = None, limit: int | None = None) -> list[str]:
+    def list(self, prefix: str, start_after: str | None = None, limit: int | None = None) -> builtins.list[str]:
         if prefix == "_txn/intents" and not self.failed:
             self.failed = True
             raise StoreError("listing _txn/intents failed")
@@ -191,7 +207,7 @@ class SlowProof(LostReplyStore):
     """The real store, with the proof's listing of checkpoints slow, so that the requests a refresh starts beside
     the proof are running in the request pool before the refresh waits for them."""
 
-    def list(self, prefix: str, start_after: str | None = None, limit: int | None = None) -> list[str]:
+    def list(self, prefix: str, start_after: str | None = None, limit: int | None = None) -> builtins.list[str]:
         if prefix == "_txn/checkpoint":
             time.sleep(0.3)
         return super().list(prefix, start_after, limit)
@@ -450,20 +466,56 @@ def test_a_commit_handed_to_this_processs_serving_thread_reads_nothing_of_the_lo
     assert committed_ids(backend) == [1, 2, 1000]
 
 
+class HeldListing(ByThread):
+    """:class:`ByThread` whose next listing of intents once ``arm`` is set is made at once, then held (``held`` set)
+    until ``release`` is: it returns what the store held when it began."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.arm, self.held, self.release = threading.Event(), threading.Event(), threading.Event()
+        self._arm_lock = threading.Lock()
+
+    def list(self, prefix: str, start_after: str | None = None, limit: int | None = None) -> builtins.list[str]:
+        names = super().list(prefix, start_after, limit)
+        with self._arm_lock:
+            hold = prefix.startswith(TXN_INTENTS) and self.arm.is_set()
+            self.arm.clear()
+        if hold:
+            self.held.set()
+            self.release.wait(60)
+        return names
+
+
 @pytest.mark.usefixtures("serving_long")
 def test_closing_a_producer_whose_process_serves_the_queue_decides_the_intents_waiting_before_it_returns(
-    backend: Backend,
+    backend: Backend, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    store = ByThread(backend.open())
+    """A closing producer's serving thread stops on an empty listing begun after the close, not on one begun before
+    it: an intent written meanwhile would wait for another writer's idle take-over. Here the listing in flight when
+    another process's intent is written and the producer closes comes back (empty) only after the close began."""
+    monkeypatch.setattr(serving, "SERVE_S", 60.0)  # only the close stops it
+    store = HeldListing(backend.open())
     p = _serving_producer(backend, store)
     log = p.coordinator.log
     assert log._serving
-    late = _intent_waiting(backend, 1)  # another process's commit, waiting; nobody else would decide it
+    late_store, late = _waiting_request(backend, 1)  # another process's commit, about to wait
+    store.arm.set()
+    assert store.held.wait(30), "the serving thread made no listing"
+    late_store.put(intent_path(late.id), request_bytes(late))  # nobody else would decide it
     served = store.entries_by.count("txnlog-serve")
+
+    def release_once_closing() -> None:
+        while log._wind_down_from == float("inf"):
+            time.sleep(0.001)
+        store.release.set()
+
+    releaser = threading.Thread(target=release_once_closing)
+    releaser.start()
     p.close()
-    # closing stopped the serving (it would otherwise go on for seconds) once the waiting intent was decided by it
+    releaser.join(10)
+    # closing stopped the serving (it would otherwise go on for a minute) once the waiting intent was decided by it
     assert not log._serving
-    assert log.decision(late) is not None
+    assert log.decision(late.id) is not None
     assert store.entries_by.count("txnlog-serve") > served
     assert committed_ids(backend) == [1, 1000, 1001]
 
@@ -472,8 +524,9 @@ def test_closing_a_producer_whose_process_serves_the_queue_decides_the_intents_w
 def test_closing_a_producer_stops_its_serving_in_bounded_time_while_intents_keep_coming(
     backend: Backend, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(serving, "SERVE_S", 10.0)
     monkeypatch.setattr(serving, "WIND_DOWN_S", 0.3)
-    monkeypatch.setattr(serving, "LAST_ROUND_S", 1.0)
+    monkeypatch.setattr(serving, "LAST_ROUND_S", 3.0)  # a round can be slow on a loaded machine: not 10 s though
     monkeypatch.setattr(intentqueue, "MAX_INTENTS_PER_ENTRY", 4)
     p = _serving_producer(backend, backend.open())
     log = p.coordinator.log
@@ -497,8 +550,8 @@ def test_closing_a_producer_stops_its_serving_in_bounded_time_while_intents_keep
     try:
         while len(fed) < 60:
             time.sleep(0.01)
-        p.close()  # serving would go on for 3 s (SERVE_S), the queue never empty
-        assert not log._serving
+        p.close()  # serving would go on for 10 s (SERVE_S), the queue never empty
+        assert not log._serving, _stack_of(log._serving_thread)
     finally:
         stop.set()
         feeder.join()
