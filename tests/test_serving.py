@@ -505,13 +505,17 @@ def test_closing_a_producer_whose_process_serves_the_queue_decides_the_intents_w
     served = store.entries_by.count("txnlog-serve")
 
     def release_once_closing() -> None:
-        while log._wind_down_from == float("inf"):
+        deadline = time.monotonic() + 30
+        while log._wind_down_from == float("inf") and time.monotonic() < deadline:
             time.sleep(0.001)
         store.release.set()
 
-    releaser = threading.Thread(target=release_once_closing)
+    releaser = threading.Thread(target=release_once_closing, daemon=True)
     releaser.start()
-    p.close()
+    try:
+        p.close()
+    finally:
+        store.release.set()  # (a close that did not wind down returned at once)
     releaser.join(10)
     # closing stopped the serving (it would otherwise go on for a minute) once the waiting intent was decided by it
     assert not log._serving
