@@ -479,7 +479,8 @@ class HeldListing(ByThread):
         names = super().list(prefix, start_after, limit)
         with self._arm_lock:
             hold = prefix.startswith(TXN_INTENTS) and self.arm.is_set()
-            self.arm.clear()
+            if hold:
+                self.arm.clear()
         if hold:
             self.held.set()
             self.release.wait(60)
