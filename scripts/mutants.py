@@ -594,6 +594,25 @@ MUTANTS: tuple[Mutant, ...] = (
          "tests/test_answers.py::test_a_waiter_whose_answer_is_lost_or_unusable_learns_its_outcome_from_the_log"
          "[memory-another's]"),
         "G1: a waiter takes another request's answer found at its path for its own outcome"),
+    # -- the state's producers by pid (state.py) ---------------------------------------------------------------
+    Mutant(
+        "pid-index-keeps-a-dropped-producer", "coordinator/state.py",
+        "            del self._tid_by_pid[meta.pid]\n            # a pid is held",
+        "            pass\n            # a pid is held",
+        ("tests/test_state_index.py",),
+        "G3: a pid whose producer expired names the producer its id came back as, judged by that one's epoch"),
+    Mutant(
+        "pid-index-keeps-an-old-pid", "coordinator/state.py",
+        "        if old is not None and old.pid != meta.pid and self._tid_by_pid.get(old.pid) == meta.tid:",
+        "        if False:",
+        ("tests/test_state_index.py",),
+        "G3: an id given a new pid still answers for its old one"),
+    Mutant(
+        "pid-index-not-copied", "coordinator/state.py",
+        "        st._tid_by_pid = dict(self._tid_by_pid)",
+        "        pass",
+        ("tests/test_state_index.py",),
+        "G3: a copied state (every entry a writer builds) knows no producer by pid"),
 )
 
 

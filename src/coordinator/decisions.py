@@ -82,17 +82,16 @@ def waits(req: Request, st: CoordinatorState) -> bool:
     return meta is not None and meta.pid == req.pid and meta.epoch == req.epoch and meta.last_txn < req.after
 
 
-def decided_by_name(name: str, st: CoordinatorState, by_pid: dict[int, ProducerMeta] | None = None) -> bool:
+def decided_by_name(name: str, st: CoordinatorState) -> bool:
     """Whether the state already decided the request named ``name`` (an intent id), from the name alone; False
-    when the name does not say (init requests, unknown names). ``by_pid``: ``st``'s producers by pid, for a caller
-    judging many names."""
+    when the name does not say (init requests, unknown names)."""
     if name[:2] not in ("c-", "x-"):
         return False
     ref = parse_txn_id(name[2:])
     if ref is None:
         return False
     if ref.kind == "p":
-        meta = st.producer_by_pid(ref.pid) if by_pid is None else by_pid.get(ref.pid)
+        meta = st.producer_by_pid(ref.pid)
         if meta is None:
             return ref.pid < st.next_pid
         return meta.epoch > ref.epoch or (meta.epoch == ref.epoch and ref.n <= meta.last_txn)

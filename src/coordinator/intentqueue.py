@@ -128,9 +128,6 @@ class IntentQueue:
         """The intent ids among ``names`` not known to be decided (``own`` left out), and those known to be decided
         long enough ago to be deleted (:data:`ANSWER_KEPT_ENTRIES`)."""
         st = self.state if st is None else st
-        # (producers by pid, built only when a name needs it: a busy log with many producers lists many names)
-        by_pid = ({meta.pid: meta for meta in st.producers.values()}
-                  if any(name[:2] in _TXN_INTENTS for name in names) else None)
         undecided, decided = [], []
         for name in names:
             if not name.endswith(".json"):
@@ -140,7 +137,7 @@ class IntentQueue:
             if known is not None:
                 if known[1] <= st.seq - ANSWER_KEPT_ENTRIES:
                     decided.append(rid)
-            elif decided_by_name(rid, st, by_pid):
+            elif decided_by_name(rid, st):
                 decided.append(rid)
             elif rid != own:
                 undecided.append(rid)

@@ -155,7 +155,9 @@ class CoordinatorState:
         self.seq = -1
         self.ts = 0
         self.next_pid = 0
+        #: tid -> producer; changed only through _put_producer / _drop_producer, which keep _tid_by_pid in step
         self.producers: dict[str, ProducerMeta] = {}
+        self._tid_by_pid: dict[int, str] = {}
         self.apps: dict[str, AppMeta] = {}
         #: group -> topic -> partition (str) -> next offset to consume
         self.groups: dict[str, dict[str, dict[str, int]]] = {}
@@ -170,6 +172,7 @@ class CoordinatorState:
         st = CoordinatorState()
         st.seq, st.ts, st.next_pid = self.seq, self.ts, self.next_pid
         st.producers = dict(self.producers)
+        st._tid_by_pid = dict(self._tid_by_pid)
         st.apps = dict(self.apps)
         st.groups = {g: {t: dict(ps) for t, ps in ts.items()} for g, ts in self.groups.items()}
         st.partitions = dict(self.partitions)
@@ -195,10 +198,26 @@ class CoordinatorState:
         return {t: {int(p): o for p, o in ps.items()} for t, ps in self.groups.get(group, {}).items()}
 
     def producer_by_pid(self, pid: int) -> ProducerMeta | None:
-        for meta in self.producers.values():
-            if meta.pid == pid:
-                return meta
-        return None
+        """The producer holding ``pid`` (one dictionary lookup: the index is kept with ``producers``)."""
+        tid = self._tid_by_pid.get(pid)
+        return None if tid is None else self.producers.get(tid)
+
+    def _put_producer(self, meta: ProducerMeta) -> None:
+        old = self.producers.get(meta.tid)
+        if old is not None and old.pid != meta.pid and self._tid_by_pid.get(old.pid) == meta.tid:
+            del self._tid_by_pid[old.pid]
+        self.producers[meta.tid] = meta
+        self._tid_by_pid[meta.pid] = meta.tid
+
+    def _drop_producer(self, tid: str) -> None:
+        meta = self.producers.pop(tid)
+        if self._tid_by_pid.get(meta.pid) == tid:
+            del self._tid_by_pid[meta.pid]
+            # a pid is held by one producer; should a damaged log have given it to two, the other keeps it
+            other = next((m.tid for m in self.producers.values() if m.pid == meta.pid), None)
+            if other is not None:
+                self._tid_by_pid[meta.pid] = other
+        self.sequences.pop(tid, None)
 
     # -- application ------------------------------------------------------------------------------------------
 
@@ -229,8 +248,8 @@ class CoordinatorState:
             old = self.producers.get(item.tid)
             left, since = old.leaving(old.last_txn, old.last_outcome) if old is not None and old.pid == item.pid \
                 else ((), item.epoch)
-            self.producers[item.tid] = ProducerMeta(item.tid, item.pid, item.epoch, TxnState.EMPTY, -1, None, None,
-                                                    item.timeout_ms, ts, item.ephemeral, item.request, left, since)
+            self._put_producer(ProducerMeta(item.tid, item.pid, item.epoch, TxnState.EMPTY, -1, None, None,
+                                            item.timeout_ms, ts, item.ephemeral, item.request, left, since))
             self.next_pid = max(self.next_pid, item.pid + 1)
             self.sequences.pop(item.tid, None)
         elif isinstance(item, CommitItem):
@@ -240,8 +259,7 @@ class CoordinatorState:
         elif isinstance(item, ExpireItem):
             meta = self.producers.get(item.tid)
             if meta is not None and meta.pid == item.pid:
-                del self.producers[item.tid]
-                self.sequences.pop(item.tid, None)
+                self._drop_producer(item.tid)
         elif isinstance(item, ReplaceItem):
             pm = self.partition(item.topic, item.partition)
             self.partitions[(item.topic, item.partition)] = replace(pm, layout=pm.layout + 1)
@@ -255,11 +273,10 @@ class CoordinatorState:
             meta = self.producers.get(item.tid)
             if meta is not None and meta.pid == item.pid:
                 if item.end_producer:
-                    del self.producers[item.tid]
-                    self.sequences.pop(item.tid, None)
+                    self._drop_producer(item.tid)
                 else:
-                    self.producers[item.tid] = _evolve(meta, state=TxnState.COMPLETE_COMMIT, last_txn=item.n,
-                                                       last_outcome="committed", last_reason=None, last_ts=ts)
+                    self._put_producer(_evolve(meta, state=TxnState.COMPLETE_COMMIT, last_txn=item.n,
+                                               last_outcome="committed", last_reason=None, last_ts=ts))
                     if item.seqs:
                         self.sequences.setdefault(item.tid, {}).update(item.seqs)
         if item.app is not None:
@@ -288,18 +305,17 @@ class CoordinatorState:
             meta = self.producers.get(item.tid)
             if meta is not None and meta.pid == item.pid:
                 if item.end_producer:
-                    del self.producers[item.tid]
-                    self.sequences.pop(item.tid, None)
+                    self._drop_producer(item.tid)
                 elif item.fence:
                     last, how = (item.n, "fenced") if item.n > meta.last_txn else (meta.last_txn, meta.last_outcome)
-                    self.producers[item.tid] = replace(meta, epoch=meta.epoch + 1, state=TxnState.COMPLETE_ABORT,
-                                                       last_txn=-1, last_outcome="aborted", last_reason=item.reason,
-                                                       last_ts=ts, **_left(meta.leaving(last, how)))
+                    self._put_producer(replace(meta, epoch=meta.epoch + 1, state=TxnState.COMPLETE_ABORT,
+                                               last_txn=-1, last_outcome="aborted", last_reason=item.reason,
+                                               last_ts=ts, **_left(meta.leaving(last, how))))
                     self.sequences.pop(item.tid, None)
                 else:
-                    self.producers[item.tid] = replace(meta, state=TxnState.COMPLETE_ABORT, last_txn=item.n,
-                                                       last_outcome="skipped" if item.skipped else "aborted",
-                                                       last_reason=item.reason, last_ts=ts)
+                    self._put_producer(replace(meta, state=TxnState.COMPLETE_ABORT, last_txn=item.n,
+                                               last_outcome="skipped" if item.skipped else "aborted",
+                                               last_reason=item.reason, last_ts=ts))
         if item.app is not None and item.token is not None:
             old = self.apps.get(item.app) or AppMeta(item.app, -1, None, None, ts)
             if item.version > old.version and (item.version, item.token) not in old.reaped:
@@ -330,8 +346,7 @@ class CoordinatorState:
         try:
             st.seq, st.ts, st.next_pid = int(d["seq"]), int(d["ts"]), int(d["next_pid"])
             for m in d["producers"]:
-                meta = ProducerMeta.from_json(m)
-                st.producers[meta.tid] = meta
+                st._put_producer(ProducerMeta.from_json(m))
             for a in d["apps"]:
                 am = AppMeta.from_json(a)
                 st.apps[am.app] = am
