@@ -86,7 +86,7 @@ def lat(raw: Store) -> LatencyStore:
 
 
 def _produce(store: Store, i: int, start: float, seconds: float,
-             coord: TransactionCoordinator | None = None) -> tuple[int, int, list[float]]:
+             coord: TransactionCoordinator | None = None) -> tuple[int, int, list[float], list[float]]:
     p = Producer(store, f"p{i}", coordinator=coord)
     p.init_transactions()
     with p.transaction():  # warm up: imports, encoders, the log's view
@@ -109,13 +109,16 @@ def _proc_main(url: str, opts: dict[str, str], i: int, ready: Any, go: Any, seco
 #: measure 1's producers commit with ``commit_transaction_async`` (up to ``max_in_flight`` commits in flight each)
 #: instead of blocking on ``commit_transaction``
 ASYNC = False
+#: measure 1 also reports the rate of the commits acknowledged after this many seconds (the start apart)
+SETTLE_S = 2.0
 
 
-def _produce_ready(p: Producer, i: int, start: float, seconds: float) -> tuple[int, int, list[float]]:
+def _produce_ready(p: Producer, i: int, start: float, seconds: float) -> tuple[int, int, list[float], list[float]]:
     while time.time() < start:
         time.sleep(0.002)
     done = fails = 0
     lat_s: list[float] = []
+    at_s: list[float] = []  # when each counted commit was acknowledged, from the start
     lock = threading.Lock()
 
     def finished(f: Any, t0: float) -> None:
@@ -127,6 +130,7 @@ def _produce_ready(p: Producer, i: int, start: float, seconds: float) -> tuple[i
             elif time.time() < start + seconds:  # commits acknowledged within the window count
                 done += 1
                 lat_s.append(time.monotonic() - t0)
+                at_s.append(time.time() - start)
 
     while time.time() < start + seconds:
         t0 = time.monotonic()
@@ -140,11 +144,12 @@ def _produce_ready(p: Producer, i: int, start: float, seconds: float) -> tuple[i
                 p.send("t", [{"v": i}], partition=i)
             done += 1
             lat_s.append(time.monotonic() - t0)
+            at_s.append(time.time() - start)
         except Exception as exc:  # noqa: BLE001 - counted as a failure and reported
             fails += 1
             print(f"producer {i}: {type(exc).__name__}: {exc}", file=sys.stderr)
     p.close()  # waits for the commits in flight
-    return done, fails, lat_s
+    return done, fails, lat_s, at_s
 
 
 def throughput(kind: str, n: int, seconds: float, processes: bool, shared: bool = False) -> dict[str, Any]:
@@ -153,7 +158,7 @@ def throughput(kind: str, n: int, seconds: float, processes: bool, shared: bool 
     the producers of one process): their commits then share entries."""
     with backend(kind) as fresh:
         create_topic(fresh(), "t", SCHEMA, n)
-        results: list[tuple[int, int, list[float]]] = []
+        results: list[tuple[int, int, list[float], list[float]]] = []
         if processes:
             raw = fresh()
             # the children open the store themselves: the endpoint's options (credentials included) go to them as
@@ -187,9 +192,13 @@ def throughput(kind: str, n: int, seconds: float, processes: bool, shared: bool 
         done = sum(r[0] for r in results)
         lats = sorted(x for r in results for x in r[2])
         entries = len(fresh().list("_txn/log"))
+        # the first seconds (every producer starting at once) apart from the rest
+        settled = sum(1 for r in results for at in r[3] if at >= SETTLE_S)
         how = "processes" if processes else "threads, one coordinator" if shared else "threads, a coordinator each"
         return {"producers": n, "as": how, "commits": "async" if ASYNC else "blocking",
-                "commits_per_s": done / seconds, "failures": sum(r[1] for r in results),
+                "commits_per_s": done / seconds,
+                f"after_{SETTLE_S:.0f}s_per_s": settled / (seconds - SETTLE_S) if seconds > SETTLE_S else 0.0,
+                "failures": sum(r[1] for r in results),
                 "p50_ms": 1000 * lats[len(lats) // 2] if lats else 0.0,
                 "p95_ms": 1000 * lats[int(len(lats) * 0.95)] if lats else 0.0, "entries": entries}
 
