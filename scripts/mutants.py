@@ -500,18 +500,27 @@ MUTANTS: tuple[Mutant, ...] = (
         "liveness: GC aborts, fencing its producer, a transaction still within its timeout"),
     Mutant(
         "retry-after-a-lost-race-decides-its-own", "coordinator/groupcommit.py",
-        "fresh=attempt == 0 or soon, fetch=not wrote_intent or soon)",
-        "fresh=attempt == 0 or soon, fetch=not wrote_intent)",
+        "fresh=attempt == 0 or soon, fetch=not wrote_intent or soon,",
+        "fresh=attempt == 0 or soon, fetch=not wrote_intent,",
         ("tests/test_serving.py::test_the_first_writer_to_retry_after_a_lost_race_decides_every_intent_it_lists"
          "[memory]",),
         "latency: writers that lost one race each decide their own request in an entry of their own, then all serve"),
     Mutant(
         "serving-thread-races-another-processs", "coordinator/serving.py",
-        "                            if self._served_by_another():\n                                # another process",
-        "                            if False:\n                                # another process",
+        "                if self._written_by_another():\n                    # the try of this process lost",
+        "                if False:\n                    # the try of this process lost",
         ("tests/test_serving.py::test_a_serving_thread_started_for_handed_requests_joins_another_processs_serving_"
-         "instead_of_racing_it[memory]",),
-        "latency: processes starting at once each start a serving thread, whose writers race for every entry"),
+         "instead_of_racing_it[memory]",
+         "tests/test_serving.py::test_a_serving_thread_started_for_handed_requests_reads_no_intent_when_another_"
+         "process_wrote_the_newest_entry[memory]"),
+        "latency: processes starting at once each start a serving thread, read every intent and race for every "
+        "entry (seconds without an entry)"),
+    Mutant(
+        "quick-retry-reads-every-intent", "coordinator/groupcommit.py",
+        "limit = QUICK_RETRY_INTENTS if soon else MAX_INTENTS_PER_ENTRY", "limit = MAX_INTENTS_PER_ENTRY",
+        ("tests/test_serving.py::test_the_quick_retry_after_a_lost_race_reads_only_the_oldest_intents_and_its_"
+         "writer_serves_the_rest[memory]",),
+        "cost: every writer that lost one race reads every intent waiting before its one quick retry"),
     Mutant(
         "close-leaves-the-queue-to-a-take-over", "coordinator/producer.py",
         "            self.coordinator.log.wind_down()", "            pass",

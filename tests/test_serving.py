@@ -563,6 +563,26 @@ def test_closing_a_producer_stops_its_serving_in_bounded_time_while_intents_keep
     assert parallel.drain(30)
 
 
+def _mine_and_another_process(backend: Backend, store: Store,
+                              ) -> tuple[TransactionCoordinator, Request, TransactionCoordinator]:
+    """A topic; this process's coordinator over ``store`` with the commit of its producer ``mine`` (row 1 in
+    partition 0, not submitted); and another process's coordinator."""
+    make_topic(backend.open(), partitions=2)
+    here = TransactionCoordinator(store)
+    return here, _commit_of(store, here, "mine", 0, 1), TransactionCoordinator(backend.open())
+
+
+def _serve_handed(log: TransactionLog, req: Request) -> serving.HandedOver:
+    """Serve the queue on this thread as a serving thread started for ``req`` handed over (another thread of the
+    process was in a try), until it stops. Returns the hand-over, answered."""
+    handed = serving.HandedOver(req)
+    with log._serving_lock:
+        log._serving = True
+        log._handed.append(handed)
+    log._serve_then_stop(catch_up=True)
+    return handed
+
+
 def test_a_serving_thread_started_for_handed_requests_joins_another_processs_serving_instead_of_racing_it(
     backend: Backend,
 ) -> None:
@@ -582,15 +602,50 @@ def test_a_serving_thread_started_for_handed_requests_joins_another_processs_ser
     assert won is not None
     other.log._write_records(won[0])
     log = here.log
-    handed = serving.HandedOver(mine)
-    with log._serving_lock:
-        log._serving = True
-        log._handed.append(handed)
-    log._serve_then_stop(catch_up=True)
+    handed = _serve_handed(log, mine)
     assert handed.done.is_set() and handed.error is None
     assert handed.outcome is None, "the request was decided by a writer racing the one serving the queue"
     assert log.decision(mine.id) is None
     assert committed_ids(backend) == [2, 3]
+
+
+class IntentReads(LostReplyStore):
+    """The real store, counting the reads of intents (``_txn/intents/``)."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.intent_reads = 0
+
+    def get(self, path: str) -> bytes:
+        if path.startswith(TXN_INTENTS + "/"):
+            self.intent_reads += 1
+        return super().get(path)
+
+
+def test_a_serving_thread_started_for_handed_requests_reads_no_intent_when_another_process_wrote_the_newest_entry(
+    backend: Backend,
+) -> None:
+    """Processes starting at once each hand their pipelined commits to a serving thread while their first commit
+    tries the log; all but one lose that try. A serving thread of a process whose try lost (another process created
+    the newest entry, deciding its own request only) starts no writer: its requests join the queue, and it reads
+    none of the intents. Before, each such thread read every intent waiting (hundreds, with 64 processes) before
+    it looked at the log, then raced the others for each entry: seconds with no entry at all."""
+    store = IntentReads(backend.open())
+    here, mine, other = _mine_and_another_process(backend, store)
+    direct = _commit_of(other.log.store, other, "direct", 1, 2)
+    waiting = _intent_waiting(backend)  # another process's commit, queued behind the race
+    # another process's direct try: the newest entry, deciding its own request only
+    with other.log._lock:
+        other.log._catch_up()
+        assert other.log._append([direct]) is not None
+    log = here.log
+    before = store.intent_reads
+    handed = _serve_handed(log, mine)
+    assert handed.done.is_set() and handed.error is None
+    assert handed.outcome is None, "the request was decided by a writer racing the one that won the log"
+    assert store.intent_reads == before, "the thread read intents it was not going to decide"
+    assert log.decision(mine.id) is None and log.decision(waiting) is None
+    assert parallel.drain(30)
 
 
 class RaceLostOnce(LostReplyStore):
@@ -612,11 +667,8 @@ def test_the_first_writer_to_retry_after_a_lost_race_decides_every_intent_it_lis
     """Writers that lose one race queue at the same moment; the one that retries first (the log standing still)
     decides every intent it lists, not only its own: before, each such retry decided its own request in an entry of
     its own, and every winner then served the queue, racing the others."""
-    make_topic(backend.open(), partitions=2)
     store = RaceLostOnce(backend.open())
-    here = TransactionCoordinator(store)
-    mine = _commit_of(store, here, "mine", 0, 1)
-    other = TransactionCoordinator(backend.open())
+    here, mine, other = _mine_and_another_process(backend, store)
     winner = _commit_of(other.log.store, other, "winner", 1, 2)
     loser = _commit_of(other.log.store, other, "loser", 1, 3)
 
@@ -635,6 +687,42 @@ def test_the_first_writer_to_retry_after_a_lost_race_decides_every_intent_it_lis
     assert committed_ids(backend) == [1, 2, 3]
 
 
+def test_the_quick_retry_after_a_lost_race_reads_only_the_oldest_intents_and_its_writer_serves_the_rest(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Writers that lose one race all retry once at about the same moment; each used to read every intent waiting
+    before its try (hundreds when 64 processes start at once), though all but one lose again. The retry reads at
+    most ``QUICK_RETRY_INTENTS`` of them, oldest name first; the one that wins serves the rest next."""
+    monkeypatch.setattr(groupcommit, "QUICK_RETRY_INTENTS", 2)
+    store = RaceLostOnce(backend.open())
+    here, mine, other = _mine_and_another_process(backend, store)
+    winner = _commit_of(other.log.store, other, "winner", 1, 2)
+    losers = [_commit_of(other.log.store, other, f"loser{i}", 1, 3 + i) for i in range(4)]
+
+    def race() -> None:
+        with other.log._lock:
+            other.log._catch_up()
+            assert other.log._append([winner]) is not None
+        for loser in losers:  # other writers that lost, queued
+            other.log.store.put(intent_path(loser.id), request_bytes(loser))
+
+    store.race = race
+    got = here.log.submit(mine)
+    assert got.status == "committed"
+    seqs = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        seqs = [here.log.decision(loser.id) for loser in losers]
+        if all(seqs):
+            break
+        time.sleep(0.02)
+    assert all(seqs), "the writer that won the retry left intents undecided"
+    with_mine = sorted(loser.id for loser, d in zip(losers, seqs, strict=True) if d is not None and d[1] == got.seq)
+    assert with_mine == sorted(loser.id for loser in losers)[:2], "the retry read more than the oldest intents"
+    assert parallel.drain(30)
+    assert committed_ids(backend) == [1, 2, 3, 4, 5, 6]
+
+
 @pytest.mark.usefixtures("serving_long")
 def test_a_pipelined_request_handed_over_stays_with_the_serving_thread_until_its_earlier_one_is_decided(
     backend: Backend,
@@ -644,6 +732,9 @@ def test_a_pipelined_request_handed_over_stays_with_the_serving_thread_until_its
     and again and then waited as an intent itself; so did every later commit of its producer, each waiting behind
     the one before: the serving process's own commits stayed on the slow path for the rest of the run."""
     make_topic(backend.open(), partitions=2)
+    # something for the first round to decide (its producer initialized before this process's, whose entry is then
+    # the newest: a serving thread started for requests handed over serves only after its own process's entry)
+    other_store, waiting = _waiting_request(backend)
     store = backend.open()
     here = TransactionCoordinator(store)
     ident = here.init_producer("p")
@@ -653,7 +744,8 @@ def test_a_pipelined_request_handed_over_stays_with_the_serving_thread_until_its
                            segments=(segs[0],))
     second = commit_request(txn=ident.txn_id(1), tid=ident.tid, pid=ident.pid, epoch=ident.epoch, n=1,
                             segments=(segs[1],), after=0)
-    other = _intent_waiting(backend)  # something for the first round to decide
+    other_store.put(intent_path(waiting.id), request_bytes(waiting))
+    other = waiting.id
     log = here.log
     handed = serving.HandedOver(second)
     with log._serving_lock:

@@ -32,7 +32,7 @@ from coordinator.errors import (
     StoreError,
     TxnLogError,
 )
-from coordinator.intentqueue import IntentQueue
+from coordinator.intentqueue import MAX_INTENTS_PER_ENTRY, IntentQueue
 from coordinator.layout import (
     TXN_INTENTS,
     intent_path,
@@ -72,6 +72,10 @@ ANSWER_PATIENCE_S = (0.5, 5.0)
 #: another writer serving it, and a direct try (which reads every entry since the view) would only find intents
 #: waiting. Its producers skip reading the log for their epoch meanwhile (the entry deciding their request checks it).
 QUIET_S = 1.0
+#: The one quick retry of a writer that lost a race reads at most this many of the intents waiting (oldest name
+#: first): the writers that lost it retry at about the same moment, and each reading every intent (hundreds when
+#: many processes start at once) is most of what they spend; the one that wins serves the rest next.
+QUICK_RETRY_INTENTS = 16
 
 
 def _now_ms(store: Store) -> int:
@@ -270,8 +274,10 @@ class GroupCommit(IntentQueue, Serving):
                 else:
                     self._in_try(1)
                     try:
+                        limit = QUICK_RETRY_INTENTS if soon else MAX_INTENTS_PER_ENTRY
                         won, result, queued = self._attempt(req, intentable, queue=intentable and not wrote_intent,
-                                                            fresh=attempt == 0 or soon, fetch=not wrote_intent or soon)
+                                                            fresh=attempt == 0 or soon, fetch=not wrote_intent or soon,
+                                                            limit=limit)
                     finally:
                         self._in_try(-1)
             except CommitStateUnknownError:
@@ -451,9 +457,11 @@ class GroupCommit(IntentQueue, Serving):
         return False, None
 
     def _attempt(
-        self, req: Request, intentable: bool, *, queue: bool = False, fresh: bool = False, fetch: bool = True
+        self, req: Request, intentable: bool, *, queue: bool = False, fresh: bool = False, fetch: bool = True,
+        limit: int = MAX_INTENTS_PER_ENTRY,
     ) -> tuple[tuple[LogEntry, list[str]] | None, Outcome | None, bool]:
-        """One try: refresh, decide ``req`` and the waiting intents, create the next entry. With ``queue``, do not
+        """One try: refresh, decide ``req`` and the waiting intents (at most ``limit`` read, oldest name first),
+        create the next entry. With ``queue``, do not
         try when other intents are already waiting (a writer serving them will decide ``req`` too). Without
         ``fetch`` (a waiting request taking over an idle log), only intents already read are decided with ``req``:
         a take-over may lose the race to another waiter, and if it wins it serves the rest next.
@@ -484,7 +492,7 @@ class GroupCommit(IntentQueue, Serving):
                 if not (queue or fetch):
                     self._serve_in_background()
                 return None, None, True
-            others = self._waiting(names, req.id) if fetch else self._known_waiting(names, req.id)
+            others = self._waiting(names, req.id, limit) if fetch else self._known_waiting(names, req.id)
             if decide(req, self.state.copy(), max(_now_ms(self.store), self.state.ts)) is None:
                 return None, Outcome("noop", reason=f"request {req.id} has nothing left to decide"), False
             # from here on the request may be decided by an entry after the view (a create whose reply is lost, a

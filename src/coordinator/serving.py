@@ -271,9 +271,9 @@ class Serving:
         me = threading.get_ident()
         with self._serving_lock:
             if self._serving_thread == me or me in self._deciders or not (self._serving or self._trying) \
-                    or (not self._serving and self._served_by_another()):
-                # (another process serves the queue: the caller joins it rather than start a writer of this process
-                # that would race it)
+                    or (not self._serving and self._written_by_another()):
+                # (another process wrote the newest entry: it serves the queue, or a writer that lost that race
+                # will; the caller joins the queue rather than start a writer of this process that would race it)
                 self._count_decider(1)
                 return None
             if not self._serving:
@@ -330,11 +330,9 @@ class Serving:
             self._give_back(keep)
         return [h for h in handed if h not in keep]
 
-    def _served_by_another(self) -> bool:
-        """Whether the newest entry read decided several requests and another process created it (a hint, read
-        without the lock)."""
-        seq = self.state.seq
-        return seq != self._appended and self._served(seq)
+    def _written_by_another(self) -> bool:
+        """Whether another process created the newest entry read (a hint, read without the lock)."""
+        return self.state.seq != self._appended
 
     def _served(self, seq: int) -> bool:
         """Whether entry ``seq`` (read) decided several requests: its writer is serving the queue."""
@@ -348,10 +346,22 @@ class Serving:
         intents for the next round runs while the entry of this round is being created, and partition records of
         the served entries are written in the background; ``pending`` (derived work already started) and those
         records are waited for before returning. With ``catch_up`` (serving started for requests handed over, not
-        after a win) the first round reads the log first, so its entry is built on the newest state."""
+        after a win) the log is read first, so the first entry is built on the newest state, and serving does not
+        start when another process created the newest entry (read before any intent is)."""
         until = time.monotonic() + SERVE_S
         empty = lost = 0
         with self._lock:
+            if catch_up:
+                try:
+                    self._catch_up()
+                except TxnLogError as exc:
+                    log.debug("did not start serving: %s", exc)
+                    return
+                if self._written_by_another():
+                    # the try of this process lost: the writer that won serves the queue, or one that lost retries
+                    # (_decide_myself); the requests handed over join the queue instead of racing them, and this
+                    # thread reads none of the intents
+                    return
             listed_from, listing = time.monotonic(), self._prefetch()
         try:
             while time.monotonic() < min(until, self._wind_down_at):
@@ -360,14 +370,7 @@ class Serving:
                     looked_from = listed_from
                     with self._lock:
                         self._intents.update(fetched)
-                        if catch_up:
-                            catch_up = False
-                            self._catch_up()
-                            if self._served_by_another():
-                                # another process serves the queue (it began while this thread was starting): the
-                                # requests handed over join its queue instead of racing it
-                                return
-                        elif lost:
+                        if lost:
                             # the entry that won the race: listed, not asked for by name, so a view that fell far
                             # behind while serving jumps to the newest checkpoint at once
                             started = time.monotonic()
