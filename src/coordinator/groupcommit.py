@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from coordinator import faults, parallel
-from coordinator.answers import read_answer
+from coordinator.answerwait import AnswerWaits
 from coordinator.decisions import INTENT_KINDS, Outcome, decide, outcome_of_item, waits
 from coordinator.errors import (
     CommitStateUnknownError,
@@ -62,16 +62,6 @@ HAND_OVERS = 8
 ABANDONED_WAIT_S = 5.0
 #: Requests whose first intent seq this process remembers for their retries (the oldest forgotten first).
 _WAITED_KEPT = 10_000
-#: The time from an intent's put to its answer assumed before any was measured (see :mod:`coordinator.answers`).
-ANSWER_WAIT_S = 0.15
-#: A waiting request looks for its answer for four times the recent time answers took, within these bounds, then
-#: follows the log (the writer that would answer died, stopped serving, or could not write the answer).
-ANSWER_PATIENCE_S = (0.5, 5.0)
-#: A process that learned an outcome from an answer this recently (or within three times the recent time answers
-#: took, if longer) sends its next transaction request straight to the queue as an intent: the log is busy with
-#: another writer serving it, and a direct try (which reads every entry since the view) would only find intents
-#: waiting. Its producers skip reading the log for their epoch meanwhile (the entry deciding their request checks it).
-QUIET_S = 1.0
 #: The one quick retry of a writer that lost a race reads at most this many of the intents waiting (oldest name
 #: first): the writers that lost it retry at about the same moment, and each reading every intent (hundreds when
 #: many processes start at once) is most of what they spend; the one that wins serves the rest next.
@@ -86,14 +76,12 @@ def _now_ms(store: Store) -> int:
     return clock.store_now_ms(store)
 
 
-class GroupCommit(IntentQueue, Serving):
+class GroupCommit(IntentQueue, Serving, AnswerWaits):
     """Submitting requests and serving the queue of intents (see the module docstring); a mixin of
     :class:`~coordinator.txnlog.TransactionLog`."""
 
     if TYPE_CHECKING:
         store: Store
-        _answered_at: float
-        _answer_wait: float
         group_commit: bool
         state: CoordinatorState
         _lock: threading.RLock
@@ -368,9 +356,7 @@ class GroupCommit(IntentQueue, Serving):
                     # no answer in time: follow the log from here (its idle looks start now)
                     answering, idle, moved_at = False, 0, time.monotonic()
                 else:
-                    # the first look a little before answers recently came, the next ones at a tenth of that
-                    pace = max(0.8 * self._answer_wait - waited, 0.1 * self._answer_wait, POLL_S)
-                    time.sleep(random.uniform(0.8, 1.2) * pace)
+                    self._pause_before_look(waited)
             elif wrote_intent:
                 soon = False
                 idle = idle + 1 if self.state.seq == last_seq else 0
@@ -382,38 +368,6 @@ class GroupCommit(IntentQueue, Serving):
                 time.sleep(random.uniform(0.5, 1.5) * POLL_S)
             else:
                 time.sleep(random.uniform(0, min(0.2, 0.002 * 2 ** min(attempt, 10))))
-
-    @property
-    def answered_lately(self) -> bool:
-        """Whether this process learned an outcome from an answer within :data:`QUIET_S` (read without a lock: a
-        hint): the log is busy, served by another writer."""
-        return time.monotonic() - self._answered_at < max(QUIET_S, 3 * self._answer_wait)
-
-    def _answer_patience(self) -> float:
-        """How long a waiting request looks for its answer before it follows the log (seconds)."""
-        return min(ANSWER_PATIENCE_S[1], max(ANSWER_PATIENCE_S[0], 4 * self._answer_wait))
-
-    def _answered(self, waited: float, *, from_answer: bool) -> None:
-        """A request that waited as an intent for ``waited`` seconds learned its outcome (``from_answer``: from its
-        answer; else from the log, its answer late or lost): what it waited counts either way, or answers slower
-        than the patience would never be waited for."""
-        if from_answer:
-            self._answered_at = time.monotonic()
-        self._answer_wait += 0.2 * (waited - self._answer_wait)
-
-    def _look_for_answer(self, req: Request) -> tuple[Outcome | None, bool]:
-        """Read ``req``'s intent for its answer (see :mod:`coordinator.answers`). Returns the outcome if answered,
-        and whether to keep looking: not once the intent is gone (a writer deleted it, decided, or its put never
-        landed) or holds an answer that cannot be used; the log says then."""
-        try:
-            data = self.store.get(intent_path(req.id))
-        except FileNotFoundError:
-            return None, False
-        except StoreError as exc:
-            log.debug("looking for the answer to %s: %s", req.id, exc)
-            return None, False
-        look = read_answer(data, req.id)
-        return look.outcome, look.outcome is None and not look.unusable
 
     def _handed_over(self, req: Request) -> tuple[Outcome | None, bool]:
         """Have this process's serving thread decide ``req`` (see :mod:`coordinator.serving`). Returns its outcome,

@@ -24,9 +24,10 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from coordinator.answerwait import ANSWER_WAIT_S
 from coordinator.decisions import Outcome, decided_by_name, fenced, outcome, outcome_of_item
 from coordinator.errors import REPAIR_LOG_HINT, CommitStateUnknownError, CorruptLogError, InvalidOptionError, StoreError
-from coordinator.groupcommit import ANSWER_WAIT_S, GroupCommit
+from coordinator.groupcommit import GroupCommit
 from coordinator.layout import (
     LAST_CHECKPOINT,
     TXN_CHECKPOINT,
