@@ -516,6 +516,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "latency: processes starting at once each start a serving thread, read every intent and race for every "
         "entry (seconds without an entry)"),
     Mutant(
+        "fresh-process-threads-try-in-turn", "coordinator/serving.py",
+        "                    or (not self._serving and self._served_by_another()):",
+        "                    or (not self._serving and self._written_by_another()):",
+        ("tests/test_serving.py::test_threads_of_a_fresh_process_committing_at_once_are_served_together_once_one_"
+         "of_them_wins[memory]",),
+        "latency: threads of a fresh process committing at once each try the log in turn, one entry each"),
+    Mutant(
         "quick-retry-reads-every-intent", "coordinator/groupcommit.py",
         "limit = QUICK_RETRY_INTENTS if soon else MAX_INTENTS_PER_ENTRY", "limit = MAX_INTENTS_PER_ENTRY",
         ("tests/test_serving.py::test_the_quick_retry_after_a_lost_race_reads_only_the_oldest_intents_and_its_"

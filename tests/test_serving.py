@@ -663,6 +663,56 @@ class RaceLostOnce(LostReplyStore):
         return super().put_if_absent(path, data)
 
 
+class HoldFirstTry(ByThread):
+    """:class:`ByThread` whose first creation of a log entry after :attr:`until` is set waits until ``until()``
+    is true (at most 5 s)."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.until: Callable[[], bool] | None = None
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        until, self.until = (self.until, None) if path.startswith(TXN_LOG + "/") else (None, self.until)
+        deadline = time.monotonic() + 5
+        while until is not None and not until() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return super().put_if_absent(path, data)
+
+
+def test_threads_of_a_fresh_process_committing_at_once_are_served_together_once_one_of_them_wins(
+    backend: Backend,
+) -> None:
+    """In a process whose newest entry read is another process's (every fresh process), threads committing while
+    one of them tries the log hand their commits to a serving thread, which reads the log and serves them together
+    once that try won. They must not each try in turn (one entry each, one after another, behind the log's lock)."""
+    make_topic(backend.open(), partitions=2)
+    store = HoldFirstTry(backend.open())
+    here = TransactionCoordinator(store)
+    reqs = [_commit_of(store, here, f"t{i}", 0, i + 1) for i in range(8)]
+    TransactionCoordinator(backend.open()).init_producer("elsewhere")  # the newest entry: another process's
+    log = here.log
+    with log._lock:
+        log._catch_up()
+    store.until = lambda: len(log._handed) >= len(reqs) - 1
+    created = len(store.entries_by)
+    go = threading.Barrier(len(reqs))
+    got: list[Outcome] = []
+
+    def commit(req: Request) -> None:
+        go.wait()
+        got.append(log.submit(req))
+
+    threads = [threading.Thread(target=commit, args=(r,)) for r in reqs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert [o.status for o in got] == ["committed"] * len(reqs)
+    assert len(store.entries_by) - created <= 3, f"entries for {len(reqs)} commits: {store.entries_by[created:]}"
+    assert parallel.drain(30)
+    assert committed_ids(backend) == list(range(1, len(reqs) + 1))
+
+
 def test_the_first_writer_to_retry_after_a_lost_race_decides_every_intent_it_lists(backend: Backend) -> None:
     """Writers that lose one race queue at the same moment; the one that retries first (the log standing still)
     decides every intent it lists, not only its own: before, each such retry decided its own request in an entry of

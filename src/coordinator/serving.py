@@ -271,9 +271,9 @@ class Serving:
         me = threading.get_ident()
         with self._serving_lock:
             if self._serving_thread == me or me in self._deciders or not (self._serving or self._trying) \
-                    or (not self._serving and self._written_by_another()):
-                # (another process wrote the newest entry: it serves the queue, or a writer that lost that race
-                # will; the caller joins the queue rather than start a writer of this process that would race it)
+                    or (not self._serving and self._served_by_another()):
+                # (another process serves the queue: the caller joins it rather than start a writer of this process
+                # that would race it)
                 self._count_decider(1)
                 return None
             if not self._serving:
@@ -333,6 +333,14 @@ class Serving:
     def _written_by_another(self) -> bool:
         """Whether another process created the newest entry read (a hint, read without the lock)."""
         return self.state.seq != self._appended
+
+    def _served_by_another(self) -> bool:
+        """Whether another process created the newest entry read and it decided several requests: that process
+        serves the queue (a hint, read without the lock). A request handed over otherwise starts a serving thread,
+        which reads the log before it serves (``_serve``): the threads of one process arriving while one of them
+        tries (a fresh process, whose newest entry read is always another's) are then served together once that
+        try won, instead of each trying in turn."""
+        return self._written_by_another() and self._served(self.state.seq)
 
     def _served(self, seq: int) -> bool:
         """Whether entry ``seq`` (read) decided several requests: its writer is serving the queue."""
