@@ -136,8 +136,9 @@ final class ExtensionReadRule extends Rule<LogicalPlan> {
             if (!w.name().equals(h.name()) || !w.dataType().sameType(h.dataType()) || (h.nullable() && !w.nullable())) {
                 return null;
             }
-            columns.add(new Alias(h, w.name(), w.exprId(), CollectionConverters.asScala(new ArrayList<String>()).toSeq(),
-                    scala.Option.empty(), CollectionConverters.asScala(new ArrayList<String>()).toSeq()));
+            columns.add(new Alias(h, w.name(), w.exprId(),
+                    CollectionConverters.asScala(new ArrayList<String>()).toSeq(), scala.Option.empty(),
+                    CollectionConverters.asScala(new ArrayList<String>()).toSeq()));
         }
         return new Project(CollectionConverters.asScala(columns).toSeq(), child);
     }

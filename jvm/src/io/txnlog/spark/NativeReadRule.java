@@ -21,13 +21,14 @@ import org.apache.spark.sql.internal.SQLConf;
  * Python data source {@code txnlog} by the plan of Spark's own Parquet reader over the same committed snapshot.
  *
  * <p>Contract: the planner (a Python object of the driver, reached through py4j) is called once per scan each time a
- * query is optimized, with the scan's options (one JSON object: a map would cost a round trip per entry), output
- * schema (JSON) and Python data source instance as Spark pickled it when the DataFrame was created (the instance every
- * scan of the data source unpickles, which pins the DataFrame's snapshot; null when it cannot be had); it returns a classic {@code Dataset} whose columns have the scan's names and types in the scan's
- * order, a {@code String} (an error: the read must not fall back), or null (keep the Python data source). The
- * replacement is a projection that gives every column of the Dataset the expression id of the scan's column, so
- * everything above the scan reads it unchanged. A scan is never replaced while Spark's Python filter pushdown is on:
- * filters the data source took over are no longer in the plan.
+ * query is optimized, with the scan's options (one JSON object: a map would cost a round trip per entry), output schema
+ * (JSON) and Python data source instance as Spark pickled it when the DataFrame was created (the instance every scan of
+ * the data source unpickles, which pins the DataFrame's snapshot; null when it cannot be had); it returns a classic
+ * {@code Dataset} whose columns have the scan's names and types in the scan's order, a {@code String} (an error: the
+ * read must not fall back), or null (keep the Python data source). The replacement is a projection that gives every
+ * column of the Dataset the expression id of the scan's column, so everything above the scan reads it unchanged. A scan
+ * is never replaced while Spark's Python filter pushdown is on: filters the data source took over are no longer in the
+ * plan.
  *
  * <p>A micro-batch scan of a streaming query ({@code StreamingDataSourceV2ScanRelation} of the data source's Python
  * stream, with the batch's start and end offsets) is replaced likewise: {@code planStream} gets the options, schema and

@@ -28,14 +28,15 @@ import scala.jdk.javaapi.CollectionConverters;
  * Python data source {@code txnlog} ({@code df.write.format("txnlog").mode("append").save()}) to the native write
  * path, where Spark's own Parquet writer writes the segments and one txnlog transaction publishes them.
  *
- * <p>Contract: the writer (a Python object of the driver, reached through py4j) is asked once per append each time
- * the write is optimized, with the write's options (the data source's and the writer's, merged; a JSON object of
- * strings) and the rows' schema (JSON); it answers {@code Boolean.TRUE} (the native path writes), a {@code String} (an error: the write must not
- * fall back) or anything else (keep the Python data source). For {@code TRUE}, the append's table becomes a table
- * whose only write is a V1 write: when the command runs, Spark passes the rows (a classic {@code Dataset} of the
- * analyzed query) to {@link Writer#insert}, which writes and commits them before returning (or falls back to the
- * data source itself, which this rule then leaves alone: the writer's answer for that write is not {@code TRUE}).
- * The rule changes nothing else in the plan and nothing when the Spark version's plan nodes have other fields.
+ * <p>Contract: the writer (a Python object of the driver, reached through py4j) is asked once per append each time the
+ * write is optimized, with the write's options (the data source's and the writer's, merged; a JSON object of strings)
+ * and the rows' schema (JSON); it answers {@code Boolean.TRUE} (the native path writes), a {@code String} (an error:
+ * the write must not fall back) or anything else (keep the Python data source). For {@code TRUE}, the append's table
+ * becomes a table whose only write is a V1 write: when the command runs, Spark passes the rows (a classic
+ * {@code Dataset} of the analyzed query) to {@link Writer#insert}, which writes and commits them before returning (or
+ * falls back to the data source itself, which this rule then leaves alone: the writer's answer for that write is not
+ * {@code TRUE}). The rule changes nothing else in the plan and nothing when the Spark version's plan nodes have other
+ * fields.
  *
  * <p>Streaming: a micro-batch of a {@code writeStream.format(<format>)} query reaches the rule as Spark's
  * {@code WriteToDataSourceV2} over a {@code MicroBatchWrite} of the Python data source's streaming write; the writer

@@ -249,8 +249,8 @@ public class SegmentFormat extends ParquetFileFormat {
 
     /** The error of a Spark that did not fill the row index (its column name is Spark's, not a public API). */
     static IllegalStateException unfilled() {
-        return new IllegalStateException("txnlog: Spark did not fill " + ParquetFileFormat.ROW_INDEX_TEMPORARY_COLUMN_NAME()
-            + "; read with readPath=python");
+        return new IllegalStateException("txnlog: Spark did not fill "
+            + ParquetFileFormat.ROW_INDEX_TEMPORARY_COLUMN_NAME() + "; read with readPath=python");
     }
 
     /** The rows (or batches) of one file with the computed columns in place. */

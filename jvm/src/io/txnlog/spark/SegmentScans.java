@@ -32,10 +32,10 @@ import scala.jdk.javaapi.CollectionConverters;
  *
  * <p>Contract: {@code load} adds the jar to the Spark context once (executors load the format's reader), reads
  * {@code files} (a JSON array of {@code [url, size]}: {@link KnownFiles}, so nothing is listed) with
- * {@link SegmentFormat}, the schema {@code schemaJson} and {@code options} (a JSON object), and returns the Dataset whose columns have the schema's nullability (Spark reads a file relation's
- * columns as nullable; the caller vouches that the files hold no null in a column declared not null, and the
- * computed columns never are).
- * Errors are Spark's; a plan that is not one file relation fails ({@link IllegalStateException}).
+ * {@link SegmentFormat}, the schema {@code schemaJson} and {@code options} (a JSON object), and returns the Dataset
+ * whose columns have the schema's nullability (Spark reads a file relation's columns as nullable; the caller vouches
+ * that the files hold no null in a column declared not null, and the computed columns never are). Errors are Spark's; a
+ * plan that is not one file relation fails ({@link IllegalStateException}).
  *
  * <p>The file relations of the last {@link #CACHED} distinct loads (session, schema, options and paths) are kept: a
  * load equal to one of them (a query over a snapshot already planned) takes a new instance of its relation (new

@@ -58,10 +58,10 @@ public final class SegmentWrites {
 
     /**
      * {@code data} under the projection {@code specJson} names: a JSON object whose {@code columns} lists, in the
-     * topic's order, {@code {"name", "source", "type" (the text of a Spark type's JSON), "nonNull"}}: each column {@code source}
-     * cast to {@code type} as {@code name}, a {@code nonNull} source wrapped in an expression Spark cannot prove
-     * non-null (so the file says optional, as the topic's columns are); and, when {@code timestamp} names a column,
-     * that column as a timestamp (null: the write's time) as {@code producerColumn}.
+     * topic's order, {@code {"name", "source", "type" (the text of a Spark type's JSON), "nonNull"}}: each column
+     * {@code source} cast to {@code type} as {@code name}, a {@code nonNull} source wrapped in an expression Spark
+     * cannot prove non-null (so the file says optional, as the topic's columns are); and, when {@code timestamp} names
+     * a column, that column as a timestamp (null: the write's time) as {@code producerColumn}.
      */
     public Dataset<Row> conform(Dataset<Row> data, String specJson) {
         Map<String, Object> spec = Options.fromJson(specJson, new TypeReference<Map<String, Object>>() { });
