@@ -45,6 +45,7 @@ from coordinator import (  # noqa: E402
     TransactionCoordinator,
     create_topic,
     open_store,
+    parallel,
 )
 from coordinator.segments import stage_segment  # noqa: E402
 
@@ -189,6 +190,9 @@ def throughput(kind: str, n: int, seconds: float, processes: bool, shared: bool 
                 t.start()
             for t in threads:
                 t.join()
+            if common is not None:  # a shared coordinator is not wound down by its producers closing
+                common.log.wind_down()
+            parallel.drain(30)  # derived work still writing into the folder about to be removed
         done = sum(r[0] for r in results)
         lats = sorted(x for r in results for x in r[2])
         entries = len(fresh().list("_txn/log"))
