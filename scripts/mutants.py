@@ -524,7 +524,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "latency: threads of a fresh process committing at once each try the log in turn, one entry each"),
     Mutant(
         "quick-retry-reads-every-intent", "coordinator/groupcommit.py",
-        "limit = QUICK_RETRY_INTENTS if soon else MAX_INTENTS_PER_ENTRY", "limit = MAX_INTENTS_PER_ENTRY",
+        "limit = QUICK_RETRY_INTENTS if soon else None", "limit = None",
         ("tests/test_serving.py::test_the_quick_retry_after_a_lost_race_reads_only_the_oldest_intents_and_its_"
          "writer_serves_the_rest[memory]",),
         "cost: every writer that lost one race reads every intent waiting before its one quick retry"),

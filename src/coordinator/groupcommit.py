@@ -32,7 +32,7 @@ from coordinator.errors import (
     StoreError,
     TxnLogError,
 )
-from coordinator.intentqueue import MAX_INTENTS_PER_ENTRY, IntentQueue
+from coordinator.intentqueue import IntentQueue
 from coordinator.layout import (
     TXN_INTENTS,
     intent_path,
@@ -262,7 +262,7 @@ class GroupCommit(IntentQueue, Serving, AnswerWaits):
                 else:
                     self._in_try(1)
                     try:
-                        limit = QUICK_RETRY_INTENTS if soon else MAX_INTENTS_PER_ENTRY
+                        limit = QUICK_RETRY_INTENTS if soon else None
                         won, result, queued = self._attempt(req, intentable, queue=intentable and not wrote_intent,
                                                             fresh=attempt == 0 or soon, fetch=not wrote_intent or soon,
                                                             limit=limit)
@@ -412,13 +412,13 @@ class GroupCommit(IntentQueue, Serving, AnswerWaits):
 
     def _attempt(
         self, req: Request, intentable: bool, *, queue: bool = False, fresh: bool = False, fetch: bool = True,
-        limit: int = MAX_INTENTS_PER_ENTRY,
+        limit: int | None = None,
     ) -> tuple[tuple[LogEntry, list[str]] | None, Outcome | None, bool]:
         """One try: refresh, decide ``req`` and the waiting intents (at most ``limit`` read, oldest name first),
-        create the next entry. With ``queue``, do not
-        try when other intents are already waiting (a writer serving them will decide ``req`` too). Without
-        ``fetch`` (a waiting request taking over an idle log), only intents already read are decided with ``req``:
-        a take-over may lose the race to another waiter, and if it wins it serves the rest next.
+        create the next entry. With ``queue``, do not try when other intents are already waiting (a writer serving
+        them will decide ``req`` too). Without ``fetch`` (a waiting request taking over an idle log), only intents
+        already read are decided with ``req``: a take-over may lose the race to another waiter, and if it wins it
+        serves the rest next.
 
         Returns:
             ``((entry, intents it decided), outcome, False)`` when this call created the entry;

@@ -143,13 +143,13 @@ class IntentQueue:
                 undecided.append(rid)
         return undecided, decided
 
-    def _waiting(self, names: list[str], own: str, limit: int = MAX_INTENTS_PER_ENTRY) -> list[Request]:
+    def _waiting(self, names: list[str], own: str, limit: int | None = None) -> list[Request]:
         """The undecided intents among ``names`` (fetched once each, in parallel), oldest name first, at most
-        ``limit``; the decided ones this process has not deleted yet are deleted (left behind by a writer that died
-        or failed to)."""
+        ``limit`` (and :data:`MAX_INTENTS_PER_ENTRY`); the decided ones this process has not deleted yet are deleted
+        (left behind by a writer that died or failed to)."""
         undecided, decided = self._sorted_out(names, own)
         self._clear_decided(decided)
-        ids = undecided[:limit]
+        ids = undecided[:MAX_INTENTS_PER_ENTRY if limit is None else min(limit, MAX_INTENTS_PER_ENTRY)]
         self._intents = {rid: r for rid, r in self._intents.items() if rid in ids}
         new = [rid for rid in ids if rid not in self._intents]
         for rid, got in parallel.pmap(self._fetch_intent, new):
