@@ -663,20 +663,8 @@ class RaceLostOnce(LostReplyStore):
         return super().put_if_absent(path, data)
 
 
-class HoldFirstTry(ByThread):
-    """:class:`ByThread` whose first creation of a log entry after :attr:`until` is set waits until ``until()``
-    is true (at most 5 s)."""
-
-    def __init__(self, inner: Store) -> None:
-        super().__init__(inner)
-        self.until: Callable[[], bool] | None = None
-
-    def put_if_absent(self, path: str, data: bytes) -> bool:
-        until, self.until = (self.until, None) if path.startswith(TXN_LOG + "/") else (None, self.until)
-        deadline = time.monotonic() + 5
-        while until is not None and not until() and time.monotonic() < deadline:
-            time.sleep(0.005)
-        return super().put_if_absent(path, data)
+class ByThreadRaced(ByThread, RaceLostOnce):
+    """:class:`ByThread` with :class:`RaceLostOnce`'s hook run before the next creation of a log entry."""
 
 
 def test_threads_of_a_fresh_process_committing_at_once_are_served_together_once_one_of_them_wins(
@@ -686,14 +674,20 @@ def test_threads_of_a_fresh_process_committing_at_once_are_served_together_once_
     one of them tries the log hand their commits to a serving thread, which reads the log and serves them together
     once that try won. They must not each try in turn (one entry each, one after another, behind the log's lock)."""
     make_topic(backend.open(), partitions=2)
-    store = HoldFirstTry(backend.open())
+    store = ByThreadRaced(backend.open())
     here = TransactionCoordinator(store)
     reqs = [_commit_of(store, here, f"t{i}", 0, i + 1) for i in range(8)]
     TransactionCoordinator(backend.open()).init_producer("elsewhere")  # the newest entry: another process's
     log = here.log
     with log._lock:
         log._catch_up()
-    store.until = lambda: len(log._handed) >= len(reqs) - 1
+
+    def hold() -> None:  # the first try waits (at most 5 s) until the other threads handed their commits over
+        deadline = time.monotonic() + 5
+        while len(log._handed) < len(reqs) - 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+    store.race = hold
     created = len(store.entries_by)
     go = threading.Barrier(len(reqs))
     got: list[Outcome] = []
