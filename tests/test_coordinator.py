@@ -31,8 +31,9 @@ from coordinator import (
     txnlog,
 )
 from coordinator.layout import intent_path
-from coordinator.records import CommitItem, InitItem, RejectItem, TxnState, app_txn_id
+from coordinator.records import CommitItem, InitItem, RejectItem, app_txn_id
 from coordinator.requests import Request, abort_request, commit_request, init_request, request_bytes
+from coordinator.txnstates import TxnState
 from core_helpers import SCHEMA, Backend, LostReplyStore, committed_ids, make_topic, rows
 
 

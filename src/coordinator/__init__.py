@@ -40,11 +40,12 @@ from coordinator.layout import check_name
 from coordinator.partition import IndexedSegment, PartitionLog, SegmentSlice
 from coordinator.producer import Producer, ProducerConfig, hash_partition, to_table
 from coordinator.reader import METADATA_FIELDS, METADATA_NAMES, check_isolation, output_schema, read_slices
-from coordinator.records import SegmentRef, TxnState, app_txn_id, producer_txn_id
+from coordinator.records import SegmentRef, app_txn_id, producer_txn_id
 from coordinator.segments import stage_segment
 from coordinator.store import Store, StoreOptions
 from coordinator.store_factory import open_store
 from coordinator.topics import TopicMeta, add_partitions, conform, create_topic, get_topic, list_topics
+from coordinator.txnstates import TxnState
 
 __all__ = [
     "AlreadyCommittedError", "ClientClosedError", "CommitResult", "CommitStateUnknownError", "ConcurrentCommitError",

@@ -31,18 +31,12 @@ from coordinator.errors import (
 from coordinator.layout import check_name, open_path
 from coordinator.partition import DEFAULT_CHECKPOINT_INTERVAL as PARTITION_CHECKPOINT_INTERVAL
 from coordinator.partition import PartitionLog
-from coordinator.records import (
-    CommitItem,
-    InitItem,
-    SegmentRef,
-    app_txn_id,
-    is_ready,
-    parse_txn_id,
-)
+from coordinator.records import CommitItem, InitItem, SegmentRef, app_txn_id, parse_txn_id
 from coordinator.requests import TxnRequest, abort_request, commit_request, init_request
 from coordinator.store import Store
 from coordinator.topics import TopicMeta, check_not_deleted, get_topic, list_topics
 from coordinator.txnlog import DEFAULT_CHECKPOINT_INTERVAL, TransactionLog
+from coordinator.txnstates import is_ready
 from coordinator.txntypes import CommitResult, ProducerIdentity, Snapshot, _error, _offsets, _offsets_lenient
 
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000

@@ -21,8 +21,6 @@ from dataclasses import dataclass, replace
 
 from coordinator.errors import CorruptLogError
 from coordinator.records import (
-    ABORT_PATH,
-    COMMIT_PATH,
     AbortItem,
     CommitItem,
     ExpireItem,
@@ -34,11 +32,9 @@ from coordinator.records import (
     RetainItem,
     SegmentRef,
     TxnRef,
-    TxnState,
     app_txn_id,
     parse_txn_id,
     producer_txn_id,
-    walk,
 )
 from coordinator.requests import (
     ExpireRequest,
@@ -48,6 +44,7 @@ from coordinator.requests import (
     TxnRequest,
 )
 from coordinator.state import CoordinatorState, PartitionMeta, ProducerMeta
+from coordinator.txnstates import ABORT_PATH, COMMIT_PATH, TxnState, walk
 
 INTENT_KINDS = ("commit", "abort", "init")
 #: A compaction must be published within this long of writing its merged file (see ReplaceItem.staged_at).

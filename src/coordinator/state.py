@@ -12,17 +12,8 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from coordinator.errors import CorruptLogError
-from coordinator.records import (
-    AbortItem,
-    CommitItem,
-    ExpireItem,
-    InitItem,
-    Item,
-    LogEntry,
-    ReplaceItem,
-    RetainItem,
-    TxnState,
-)
+from coordinator.records import AbortItem, CommitItem, ExpireItem, InitItem, Item, LogEntry, ReplaceItem, RetainItem
+from coordinator.txnstates import TxnState
 
 TopicPartition = tuple[str, int]
 

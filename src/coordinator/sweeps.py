@@ -14,8 +14,9 @@ from coordinator.decisions import timeout_reason, undecided_producer
 from coordinator.errors import CorruptLogError, InvalidOptionError
 from coordinator.layout import TXN_OPEN
 from coordinator.probe import probe_conditional_writes
-from coordinator.records import TxnRef, is_ready, parse_txn_id
+from coordinator.records import TxnRef, parse_txn_id
 from coordinator.requests import ExpireRequest, abort_request
+from coordinator.txnstates import is_ready
 
 if TYPE_CHECKING:
     from coordinator.coordinator import TransactionCoordinator

@@ -26,8 +26,8 @@ from coordinator.cli.config import Settings
 from coordinator.clock import store_now_ms
 from coordinator.coordinator import TransactionCoordinator
 from coordinator.errors import InvalidOptionError
-from coordinator.records import is_ready
 from coordinator.store import Store
+from coordinator.txnstates import is_ready
 
 
 def _where(r: dict[str, Any]) -> str:

@@ -20,8 +20,9 @@ from collections.abc import Callable
 from coordinator.coordinator import TransactionCoordinator
 from coordinator.errors import NoStoreError, UnsupportedFormatError
 from coordinator.layout import FORMAT_PATH, TXN, TXN_LOG
-from coordinator.records import FORMAT_VERSION, TxnState, decode_json
+from coordinator.records import FORMAT_VERSION, decode_json
 from coordinator.store import Store
+from coordinator.txnstates import TxnState
 
 #: Called with the number of units just finished (segments read, entries checked) for progress display.
 ProgressFn = Callable[[int], None]
