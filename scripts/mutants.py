@@ -245,6 +245,27 @@ MUTANTS: tuple[Mutant, ...] = (
          "[memory]",),
         "G7: a store error of a listing made ahead of time (even in another life of the process) fails the commit"),
     Mutant(
+        "pipelined-commit-lists-after-staging", "coordinator/producer.py",
+        "        self._check_inflight()\n        self.coordinator.log.list_intents_ahead()",
+        "        self._check_inflight()",
+        ("tests/test_commit_overlap.py::test_a_pipelined_commit_lists_the_waiting_intents_while_its_rows_are_staged"
+         "[memory]",),
+        "cost: a pipelined commit lists the waiting intents only after staging (a round trip more to its entry)"),
+    Mutant(
+        "listing-ahead-waits-for-the-log", "coordinator/groupcommit.py",
+        "        with self._ahead_lock:\n            if self._intents_ahead is None:",
+        "        with self._lock:\n            if self._intents_ahead is None:",
+        ("tests/test_pipelined.py::test_a_failed_async_commit_aborts_every_later_one_in_flight_and_the_producer_"
+         "resyncs[memory]",),
+        "liveness: a pipelined commit waits for the log's lock, held by the try of the commit before it"),
+    Mutant(
+        "own-entry-not-a-read", "coordinator/groupcommit.py",
+        "max(self._refreshed, self._appended_at) < JUST_READ_S",
+        "self._refreshed < JUST_READ_S",
+        ("tests/test_commit_overlap.py::test_a_first_try_right_after_this_process_created_the_newest_entry_does_not_"
+         "read_the_log_again[memory]",),
+        "cost: a first try right after this process created the newest entry reads the log again first"),
+    Mutant(
         "outcome-from-unproven-view", "coordinator/txnlog.py",
         "        if self._unproven and not self._prove():\n            return None\n        seen = self._decisions",
         "        seen = self._decisions",

@@ -97,6 +97,7 @@ class GroupCommit(IntentQueue, Serving, AnswerWaits):
         _jumped_at: int
         _probed: bool
         _intents_ahead: tuple[float, Callable[[], list[str]]] | None
+        _ahead_lock: threading.Lock
         _read_ahead: Callable[[list[LogEntry]], list[Callable[[], object]]] | None
 
         # reading the log (TransactionLog)
@@ -150,18 +151,20 @@ class GroupCommit(IntentQueue, Serving, AnswerWaits):
         requests to make (a producer staging its last segment): the first try of the next :meth:`submit` within
         :data:`JUST_READ_S` uses this listing instead of making its own. Only a matter of time: a listing made
         earlier misses only intents written since, which the next entry decides."""
-        if not self.group_commit or self._serving or self._deciding or self.answered_lately:
+        if not self.group_commit or self._serving or self.answered_lately:
             # (read without the lock: a cost choice) the request will be handed to the serving thread, or go
-            # straight to the queue
+            # straight to the queue. Another thread of this process deciding a request now (a commit of the same
+            # producer still in flight, say) says little: its try is usually over by the time this one submits
             return
-        with self._lock:
+        with self._ahead_lock:
             if self._intents_ahead is None:
                 self._intents_ahead = (time.monotonic(), parallel.start(lambda: self.store.list(TXN_INTENTS)))
 
     def _intents_listing(self, fresh: bool) -> Callable[[], list[str]]:
         """The listing of ``_txn/intents/`` for a try (caller holds the lock): the one started ahead, if this is a
         first try and it started within :data:`JUST_READ_S`, else a new one."""
-        ahead, self._intents_ahead = self._intents_ahead, None
+        with self._ahead_lock:
+            ahead, self._intents_ahead = self._intents_ahead, None
         if ahead is not None:
             if fresh and time.monotonic() - ahead[0] < JUST_READ_S:
                 started = ahead[1]
@@ -430,7 +433,9 @@ class GroupCommit(IntentQueue, Serving, AnswerWaits):
             try:
                 if not self._opened:
                     self._open()
-                elif not (fresh and time.monotonic() - self._refreshed < JUST_READ_S):
+                elif not (fresh and time.monotonic() - max(self._refreshed, self._appended_at) < JUST_READ_S):
+                    # (an entry this process created is as good a read as a refresh: the log ended there when it
+                    # was created; a view that is stale after all only loses the race, and the next try reads)
                     self._catch_up()
             finally:
                 names = listing() if listing is not None else []
@@ -507,13 +512,14 @@ class GroupCommit(IntentQueue, Serving, AnswerWaits):
         if seq == 0:
             ensure_format(self.store)
         faults.point("txnlog.entry.before")
+        begun = time.monotonic()
         if not self.store.put_if_absent(txn_log_path(seq), entry.to_bytes()):
             return None
         faults.point("txnlog.entry.after")
         if not self._created_is_the_logs(entry):
             return None
         self.state = scratch
-        self._appended = entry.seq
+        self._appended, self._appended_at = entry.seq, begun
         self._remember(entry)
         decided = [i.request for i in items if i.request in self._intents]
         for rid in decided:

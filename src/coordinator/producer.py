@@ -279,6 +279,7 @@ class Producer(Sending):
         """
         self._check_open()
         self._check_inflight()
+        self.coordinator.log.list_intents_ahead()  # the commit's listing, at once with staging the last rows
         self._stage_for_commit()
         self._inflight.make_room()
         pipelined = self._inflight.undecided()

@@ -159,8 +159,9 @@ class Serving:
     _handed: list[HandedOver]
     _deciders: dict[int, int]
     _trying: int
-    #: the newest entry this process created
+    #: the newest entry this process created, and when its creation began (monotonic)
     _appended: int
+    _appended_at: float
 
     def _init_serving(self) -> None:
         self._serving_lock = threading.Lock()
@@ -175,7 +176,7 @@ class Serving:
         self._deciders = {}
         #: of those, how many are in a try (holding the log's lock to read, create an entry and prove it)
         self._trying = 0
-        self._appended = -1
+        self._appended, self._appended_at = -1, -1e9
 
     def _deciding_myself(self, delta: int) -> None:
         """Count the calling thread as starting (``+1``) or ending (``-1``) deciding a request itself."""

@@ -148,6 +148,9 @@ class TransactionLog(GroupCommit, LogFollow, LogCheckpoints, LogProof, LogDamage
         #: a listing of ``_txn/intents/`` started for a request about to be submitted, and when (see
         #: :meth:`~coordinator.groupcommit.GroupCommit.list_intents_ahead`)
         self._intents_ahead: tuple[float, Callable[[], list[str]]] | None = None
+        #: guards ``_intents_ahead`` alone: a caller starting a listing ahead never waits for the log's lock, which
+        #: another thread holds across a whole try (the previous commit of the same producer, say)
+        self._ahead_lock = threading.Lock()
         self._init_serving()
         #: damaged checkpoints this process skipped (named when no other checkpoint will do)
         self._damaged_checkpoints: set[str] = set()
