@@ -10,14 +10,12 @@ import builtins
 import threading
 import time
 
-import pyarrow as pa
 import pytest
 
 from coordinator import Producer, Store, TransactionCoordinator
 from coordinator.layout import TXN_INTENTS, TXN_LOG
-from coordinator.requests import Request, commit_request
-from coordinator.segments import stage_segment
-from core_helpers import SCHEMA, Backend, LostReplyStore, committed_ids, make_topic, rows
+from core_helpers import Backend, LostReplyStore, committed_ids, make_topic, rows
+from test_serving import _commit_of
 
 
 class Recorded(LostReplyStore):
@@ -112,9 +110,3 @@ def test_a_first_try_right_after_this_process_created_the_newest_entry_does_not_
     assert not reads, f"the log was read before the try: {reads}"
     assert committed_ids(backend) == [1, 2]
 
-
-def _commit_of(store: Store, coord: TransactionCoordinator, tid: str, partition: int, value: int) -> Request:
-    ident = coord.init_producer(tid)
-    seg = stage_segment(store, "t", partition, pa.Table.from_pylist(rows([value], tid), schema=SCHEMA),
-                        f"{ident.txn_id(0)}~a", seq=0)
-    return commit_request(txn=ident.txn_id(0), tid=tid, pid=ident.pid, epoch=ident.epoch, n=0, segments=(seg,))
