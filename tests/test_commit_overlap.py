@@ -12,9 +12,10 @@ import time
 
 import pytest
 
-from coordinator import Producer, Store, TransactionCoordinator
+from coordinator import Store, TransactionCoordinator
 from coordinator.layout import TXN_INTENTS, TXN_LOG
 from core_helpers import Backend, LostReplyStore, committed_ids, make_topic, rows
+from test_pipelined import _committed_once
 from test_serving import _commit_of
 
 
@@ -68,10 +69,7 @@ def test_a_pipelined_commit_lists_the_waiting_intents_while_its_rows_are_staged(
     monkeypatch.setattr("coordinator.groupcommit.JUST_READ_S", 30.0)
     make_topic(backend.open(), partitions=1)
     store = Recorded(backend.open())
-    p = Producer(store, "p")
-    p.init_transactions()
-    with p.transaction():
-        p.send("t", rows([1], "p"), partition=0)
+    p = _committed_once(store)
     store.clear()
     p.begin_transaction()
     p.send("t", rows([2], "p"), partition=0)
@@ -86,7 +84,7 @@ def test_a_pipelined_commit_lists_the_waiting_intents_while_its_rows_are_staged(
     assert listings, "the commit decided no intent listing"
     assert all(start < staged_at for _k, _p, start, _end in listings), (
         f"intents listed after the rows were staged ({staged_from:.3f}-{staged_at:.3f}): {listings}")
-    assert committed_ids(backend) == [1, 2]
+    assert committed_ids(backend) == [0, 2]
 
 
 def test_a_first_try_right_after_this_process_created_the_newest_entry_does_not_read_the_log_again(

@@ -198,11 +198,6 @@ class Serving:
             self._trying += delta
 
     @property
-    def _deciding(self) -> bool:
-        """Whether some thread of this process is deciding a request itself (read without the lock: a hint)."""
-        return bool(self._deciders)
-
-    @property
     def serving_here(self) -> bool:
         """Whether a thread of this process is serving the queue now: its commits are handed to that thread, whose
         view of the log advances with every round it wins (read without the lock: a hint)."""
